@@ -1,0 +1,749 @@
+"""Tangled closed-loop counting: a procedural dataset generator.
+
+Each image is a tangle of smooth closed loops drawn in one dark colour on an
+off-white, faintly noisy canvas. Loops cross each other and themselves, but
+every crossing is a clear X and no two strands run close together elsewhere,
+so a careful person can trace each loop all the way round. The answer to the
+question is the number of loops.
+
+    python creation.py --n 500 --seed 0                 # the published dataset, written here
+    python creation.py --n 20 --seed 3 --out /tmp/loops --workers 1
+
+Output (in the folder holding this file, or --out):
+
+    images/tangled_loops_00000.png ...   one PNG per sample
+    annotations.jsonl                    one JSON record per image
+    data.json                            config, command, answer histogram, all records
+
+creation.md explains the design; README.md shows how to install and run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from multiprocessing import Pool
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from scipy.interpolate import splev, splprep
+from scipy.ndimage import binary_dilation
+from scipy.spatial import cKDTree
+from tqdm import tqdm
+
+GENERATOR_VERSION = "1.0.0"
+SCHEMA_VERSION = 1
+TASK_NAME = "tangled_loops"
+IMAGES_DIR = "images"
+ANNOTATIONS_FILE = "annotations.jsonl"
+DATA_FILE = "data.json"
+QUESTION = (
+    "How many distinct closed loops are tangled together in this image? Each loop "
+    "is a single continuous curve that closes back on itself — there are no loose "
+    "endpoints anywhere. All loops are drawn in the same colour and may cross other "
+    "loops or themselves freely. Count the total number of distinct closed loops and "
+    "report the count as a positive integer."
+)
+
+# Drawing is done on a one-channel "tone" scale and stored through a fixed
+# palette, so every pixel lies on the ink-to-paper colour ramp exactly.
+INK_TONE = 24  # tone of a fully covered ink pixel
+PAPER_TONE = 232  # tone of bare canvas before noise
+NOISE_SIGMA_TONE = 3.0  # std of per-pixel canvas noise, tone levels
+INK_RGB = (32, 34, 40)
+PAPER_RGB = (243, 239, 228)
+DENSE_SPACING_PX = 0.5  # spacing of the points a stroke's distance field is measured to
+
+
+# ---------------------------------------------------------------------------
+# Config
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every knob of one dataset; each field is also the CLI flag of the same name."""
+
+    n: int = 500  # images in the dataset
+    seed: int = 0  # run seed; sample i draws from SeedSequence(seed, spawn_key=(i,))
+    min_loops: int = 5  # fewest loops in one image
+    max_loops: int = 11  # most loops in one image
+    size: int = 1024  # canvas side, px
+    interior_margin: float = 55.0  # px along every edge that no loop enters
+    min_radius: float = 150.0  # px, smallest mean radius of a loop's waypoint ring
+    max_radius: float = 275.0  # px, largest mean radius of a loop's waypoint ring
+    min_waypoints: int = 6  # fewest spline waypoints per loop
+    max_waypoints: int = 10  # most spline waypoints per loop
+    angle_jitter: float = 0.42  # rad; capped per loop so waypoints keep their ring order
+    radius_jitter: float = 0.32  # fraction of the mean radius
+    points_per_loop: int = 900  # dense samples along each spline
+    stroke_width: float = 3.0  # px
+    min_gap: float = 9.0  # px; closest two strands may come except at a crossing
+    min_crossing_angle: float = 30.0  # degrees; shallower crossings read as touches
+    min_crossing_separation: float = 12.0  # px between any two crossings
+    min_same_pair_separation: float = 30.0  # px between two crossings of the same two loops
+    min_curvature_radius: float = 8.0  # px; tighter bends render as kinks or fake endpoints
+    loop_attempts: int = 400  # redraws of one loop before the whole sample restarts
+    sample_restarts: int = 25  # restarts before the sample is declared impossible
+
+    def __post_init__(self) -> None:
+        for name in ("n", "min_loops", "min_waypoints", "points_per_loop", "size",
+                     "loop_attempts", "sample_restarts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, float) and not np.isfinite(value):
+                raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
+        if self.seed < 0:
+            raise ValueError(f"--seed must be non-negative, got {self.seed}")
+        if self.min_waypoints < 4:
+            raise ValueError(f"--min-waypoints must be at least 4 for a cubic loop, got {self.min_waypoints}")
+        for low, high in (("min_loops", "max_loops"), ("min_radius", "max_radius"),
+                          ("min_waypoints", "max_waypoints")):
+            if getattr(self, low) > getattr(self, high):
+                raise ValueError(f"{flag(low)} {getattr(self, low)} exceeds "
+                                 f"{flag(high)} {getattr(self, high)}")
+        for name in ("interior_margin", "angle_jitter", "radius_jitter", "min_gap",
+                     "min_crossing_separation", "min_same_pair_separation",
+                     "min_curvature_radius"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{flag(name)} must be non-negative, got {getattr(self, name)}")
+        for name in ("min_radius", "stroke_width"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{flag(name)} must be positive, got {getattr(self, name)}")
+        if not 0 <= self.min_crossing_angle < 90:
+            raise ValueError(f"--min-crossing-angle must be in [0, 90), got {self.min_crossing_angle}")
+        if self.radius_jitter >= 1:
+            raise ValueError(f"--radius-jitter must be below 1, got {self.radius_jitter}")
+        interior = self.size - 2 * self.interior_margin
+        if interior <= 0:
+            raise ValueError(f"--interior-margin {self.interior_margin:g} leaves no room on a "
+                             f"--size {self.size} canvas")
+        widest_ring = 2 * self.max_radius * (1 + self.radius_jitter)
+        if widest_ring > interior:
+            raise ValueError(
+                f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px "
+                f"but --size {self.size} minus twice --interior-margin {self.interior_margin} "
+                f"leaves {interior:g} px")
+        if self.points_per_loop < 64:
+            raise ValueError(f"--points-per-loop must be at least 64, got {self.points_per_loop}")
+
+    @property
+    def self_arc_gap_px(self) -> float:
+        """Arc length below which two points of one loop count as the same strand.
+
+        With every bend at least min_curvature_radius, a loop cannot return within
+        min_gap of itself inside three gaps of arc, so nothing real is hidden.
+        """
+        return 3.0 * self.min_gap
+
+
+def flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+# ---------------------------------------------------------------------------
+# Curve sampling
+
+
+def sample_waypoints(cfg: Config, rng: np.random.Generator) -> np.ndarray:
+    """Waypoints on a jittered ring around the origin, in ring order.  # (K, 2)"""
+    count = int(rng.integers(cfg.min_waypoints, cfg.max_waypoints + 1))
+    spacing = 2 * np.pi / count
+    # Capping the jitter below half the spacing keeps the angles in ring order;
+    # swapped neighbours are what make kinks and cusps.
+    jitter = min(cfg.angle_jitter, 0.45 * spacing)
+    angles = rng.uniform(0, 2 * np.pi) + spacing * np.arange(count) + rng.uniform(-jitter, jitter, count)
+    mean_radius = rng.uniform(cfg.min_radius, cfg.max_radius)
+    radii = mean_radius * (1 + rng.uniform(-cfg.radius_jitter, cfg.radius_jitter, count))
+    return np.column_stack([radii * np.cos(angles), radii * np.sin(angles)])
+
+
+def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Periodic cubic B-spline through the waypoints, densely sampled.
+
+    Returns points (num_points, 2) and the radius of curvature at each, px. The
+    loop closes through the segment from the last point back to the first.
+    """
+    closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
+    tck, _ = splprep(closed.T, s=0, per=True, k=3)
+    u = np.linspace(0.0, 1.0, num_points, endpoint=False)
+    points = np.column_stack(splev(u, tck))
+    d1 = np.column_stack(splev(u, tck, der=1))
+    d2 = np.column_stack(splev(u, tck, der=2))
+    speed = np.hypot(d1[:, 0], d1[:, 1])
+    turn = np.abs(cross2(d1, d2))
+    with np.errstate(divide="ignore"):
+        curvature_radius = np.where(turn > 0, speed**3 / turn, np.inf)
+    return points, curvature_radius
+
+
+def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
+    """Shift a loop to a uniform position whose every point stays inside the margin."""
+    low = cfg.interior_margin - points.min(axis=0)
+    high = cfg.size - cfg.interior_margin - points.max(axis=0)
+    if np.any(low > high):
+        return None
+    return points + rng.uniform(low, high)
+
+
+# ---------------------------------------------------------------------------
+# Geometry checks: pure numpy over flat tables of segments
+
+
+def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Every segment of a set of loops, flattened; segment i runs start[i] -> end[i]."""
+
+    start: np.ndarray  # (S, 2) px
+    end: np.ndarray  # (S, 2) px
+    loop: np.ndarray  # (S,) loop id
+    index: np.ndarray  # (S,) position of the segment along its loop
+    arc: np.ndarray  # (S,) arc length from the loop's first point to the segment's midpoint, px
+    perimeter: np.ndarray  # (S,) length of the segment's loop, px
+
+    @property
+    def mid(self) -> np.ndarray:
+        return 0.5 * (self.start + self.end)
+
+    def __len__(self) -> int:
+        return len(self.loop)
+
+
+def loop_segments(points: np.ndarray, loop_id: int) -> Segments:
+    end = np.roll(points, -1, axis=0)
+    lengths = np.hypot(*(end - points).T)
+    arc = np.cumsum(lengths) - 0.5 * lengths
+    count = len(points)
+    return Segments(points, end, np.full(count, loop_id), np.arange(count), arc,
+                    np.full(count, lengths.sum()))
+
+
+def concat_segments(parts: list[Segments]) -> Segments:
+    return Segments(*(np.concatenate([getattr(p, f.name) for p in parts])
+                      for f in dataclasses.fields(Segments)))
+
+
+@dataclass(frozen=True)
+class Crossings:
+    """Crossings found so far; row c is where segments seg_a[c] and seg_b[c] cross."""
+
+    point: np.ndarray  # (C, 2) px
+    angle_deg: np.ndarray  # (C,) acute angle between the strands, degrees
+    loop_a: np.ndarray  # (C,) loop ids, loop_a <= loop_b
+    loop_b: np.ndarray
+    arc_a: np.ndarray  # (C,) arc position of the crossing segment on loop_a, px
+    arc_b: np.ndarray
+
+    @staticmethod
+    def empty() -> Crossings:
+        return Crossings(np.zeros((0, 2)), *(np.zeros(0) for _ in range(5)))
+
+    def __len__(self) -> int:
+        return len(self.angle_deg)
+
+    def __add__(self, other: Crossings) -> Crossings:
+        return Crossings(*(np.concatenate([getattr(self, f.name), getattr(other, f.name)])
+                           for f in dataclasses.fields(Crossings)))
+
+    @property
+    def is_self(self) -> np.ndarray:
+        return self.loop_a == self.loop_b
+
+
+def arc_distance(a: np.ndarray, b: np.ndarray, perimeter: np.ndarray) -> np.ndarray:
+    """Distance along a closed loop between two arc positions, going the short way round."""
+    d = np.abs(a - b) % perimeter
+    return np.minimum(d, perimeter - d)
+
+
+def intersect_segments(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which segment pairs p0p1 x q0q1 cross, where, and at what acute angle.
+
+    A point lying exactly on the other segment's line counts as on its left.
+    This tie rule makes a curve passing through a vertex of another cross
+    exactly one of the segment pairs there, and makes a touch at a vertex
+    count as two crossings at one point, which the separation rule rejects.
+    Shapes: (M, 2) in, (M,) bool, (M, 2), (M,) out.
+    """
+    dp, dq = p1 - p0, q1 - q0
+    q_sides_differ = (cross2(dp, q0 - p0) >= 0) != (cross2(dp, q1 - p0) >= 0)
+    p_sides_differ = (cross2(dq, p0 - q0) >= 0) != (cross2(dq, p1 - q0) >= 0)
+    hit = q_sides_differ & p_sides_differ
+    denom = cross2(dp, dq)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(hit, cross2(q0 - p0, dq) / denom, 0.0)
+    point = p0 + t[:, None] * dp
+    angle = np.degrees(np.arctan2(np.abs(denom), np.abs(np.sum(dp * dq, axis=1))))
+    return hit, point, angle
+
+
+def point_segment_distance(x, a, b) -> np.ndarray:
+    ab = b - a
+    t = np.clip(np.sum((x - a) * ab, axis=1) / np.maximum(np.sum(ab * ab, axis=1), 1e-12), 0, 1)
+    return np.hypot(*(a + t[:, None] * ab - x).T)
+
+
+def segment_distance(p0, p1, q0, q1, crossing: np.ndarray) -> np.ndarray:
+    """Closest distance between segment pairs; zero where they cross.  (M,)"""
+    ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
+                              point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
+    return np.where(crossing, 0.0, ends)
+
+
+def candidate_radius(cfg: Config, segs: Segments) -> float:
+    """Midpoint distance that can hide a crossing or a near-approach between two segments."""
+    longest = np.hypot(*(segs.end - segs.start).T).max()
+    return cfg.min_gap + longest
+
+
+def find_events(segs: Segments, pairs: np.ndarray, cfg: Config) -> tuple[Crossings, np.ndarray]:
+    """Crossings and near-approaches among candidate segment pairs.
+
+    pairs is (M, 2) of row indices into segs. Pairs on one loop closer than
+    cfg.self_arc_gap_px along it are one strand bending, not two strands
+    meeting, and are dropped. Returns the crossings and the (K, 2) pairs that
+    come within cfg.min_gap of each other (crossing pairs included).
+    """
+    u, v = pairs[:, 0], pairs[:, 1]
+    same_loop = segs.loop[u] == segs.loop[v]
+    separate = ~same_loop | (arc_distance(segs.arc[u], segs.arc[v], segs.perimeter[u]) > cfg.self_arc_gap_px)
+    u, v = u[separate], v[separate]
+    p0, p1, q0, q1 = segs.start[u], segs.end[u], segs.start[v], segs.end[v]
+    hit, point, angle = intersect_segments(p0, p1, q0, q1)
+    near = segment_distance(p0, p1, q0, q1, hit) < cfg.min_gap
+    # Order each crossing's sides by loop id so a pair of loops has one key.
+    cu, cv = u[hit], v[hit]
+    swap = segs.loop[cu] > segs.loop[cv]
+    a, b = np.where(swap, cv, cu), np.where(swap, cu, cv)
+    crossings = Crossings(point[hit], angle[hit], segs.loop[a], segs.loop[b], segs.arc[a], segs.arc[b])
+    return crossings, np.column_stack([u[near], v[near]])
+
+
+def crossing_window_px(angle_deg: np.ndarray, cfg: Config, segs: Segments) -> np.ndarray:
+    """Arc length around a crossing inside which its two strands may be closer than min_gap.
+
+    Two straight strands crossing at angle theta are min_gap apart once each is
+    min_gap / sin(theta) from the crossing; the 1.2 factor allows for their
+    bending and one segment length for where the crossing falls in its segment.
+    """
+    longest = np.hypot(*(segs.end - segs.start).T).max()
+    return 1.2 * cfg.min_gap / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
+
+
+def unexcused_near_pairs(near: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config) -> np.ndarray:
+    """Near-approach pairs that lie inside no crossing window of their two strands.  (K,) bool"""
+    if len(near) == 0:
+        return np.zeros(0, dtype=bool)
+    u, v = near[:, 0], near[:, 1]
+    swap = segs.loop[u] > segs.loop[v]
+    u, v = np.where(swap, v, u), np.where(swap, u, v)
+    window = crossing_window_px(crossings.angle_deg, cfg, segs)[None, :]  # (1, C)
+    same_strands = (segs.loop[u][:, None] == crossings.loop_a) & (segs.loop[v][:, None] == crossings.loop_b)
+
+    def within(arc_u, arc_v):  # (K, C): both ends of a near pair inside one crossing's window
+        return ((arc_distance(segs.arc[u][:, None], arc_u, segs.perimeter[u][:, None]) <= window)
+                & (arc_distance(segs.arc[v][:, None], arc_v, segs.perimeter[v][:, None]) <= window))
+
+    # A self-crossing's two sides are interchangeable, so try both orientations.
+    inside = within(crossings.arc_a, crossings.arc_b) | (crossings.is_self & within(crossings.arc_b, crossings.arc_a))
+    return ~np.any(same_strands & inside, axis=1)
+
+
+def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
+    """Whether any new crossing is too close to another crossing, any or of the same two loops.
+
+    Crossings from first_new on are new; each is compared with every other one.
+    """
+    new = slice(first_new, None)
+    dist = np.hypot(*(crossings.point[new][:, None, :] - crossings.point[None, :, :]).transpose(2, 0, 1))
+    rows = np.arange(len(crossings) - first_new)
+    dist[rows, rows + first_new] = np.inf  # a crossing is not too close to itself
+    same_pair = ((crossings.loop_a[new][:, None] == crossings.loop_a)
+                 & (crossings.loop_b[new][:, None] == crossings.loop_b))
+    too_close = bool(np.any(dist < cfg.min_crossing_separation))
+    same_pair_close = bool(np.any(same_pair & (dist < cfg.min_same_pair_separation)))
+    return too_close, same_pair_close
+
+
+def rule_violation(segs: Segments, new_crossings: Crossings, old_crossings: Crossings,
+                   near: np.ndarray, cfg: Config) -> str | None:
+    """The first traceability rule the new crossings and near-approaches break, or None."""
+    if np.any(new_crossings.angle_deg < cfg.min_crossing_angle):
+        return "crossing_angle"
+    too_close, same_pair_close = crossing_separation_faults(old_crossings + new_crossings, len(old_crossings), cfg)
+    if too_close:
+        return "crossing_separation"
+    if same_pair_close:
+        return "same_pair_separation"
+    if np.any(unexcused_near_pairs(near, segs, new_crossings, cfg)):
+        return "min_gap"
+    return None
+
+
+@dataclass(frozen=True)
+class Tangle:
+    """Loops accepted so far, with their segments, a spatial index and their crossings."""
+
+    loops: tuple[np.ndarray, ...]  # each (points_per_loop, 2) px
+    segs: Segments
+    tree: cKDTree | None  # over segs.mid; None while empty
+    crossings: Crossings
+
+    @staticmethod
+    def empty() -> Tangle:
+        return Tangle((), concat_segments([loop_segments(np.zeros((0, 2)), 0)]), None, Crossings.empty())
+
+
+def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config) -> tuple[Tangle | None, str | None]:
+    """Add a placed loop if it keeps every rule against itself and the loops so far.
+
+    Only pairs involving the new loop are examined: the old loops were
+    checked when they were added and nothing about them has changed.
+    """
+    new = loop_segments(points, len(tangle.loops))
+    segs = concat_segments([tangle.segs, new])
+    offset = len(tangle.segs)
+    radius = candidate_radius(cfg, segs)
+    new_tree = cKDTree(new.mid)
+    self_pairs = new_tree.query_pairs(radius, output_type="ndarray") + offset
+    pair_list = [self_pairs]
+    if tangle.tree is not None:
+        found = new_tree.sparse_distance_matrix(tangle.tree, radius, output_type="ndarray")
+        pair_list.append(np.column_stack([found["i"] + offset, found["j"]]))
+    crossings, near = find_events(segs, np.concatenate(pair_list).astype(np.int64), cfg)
+    reason = rule_violation(segs, crossings, tangle.crossings, near, cfg)
+    if reason is not None:
+        return None, reason
+    return Tangle(tangle.loops + (points,), segs, cKDTree(segs.mid), tangle.crossings + crossings), None
+
+
+def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
+    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
+    segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
+    pairs = cKDTree(segs.mid).query_pairs(candidate_radius(cfg, segs), output_type="ndarray")
+    crossings, near = find_events(segs, pairs.astype(np.int64), cfg)
+    return segs, crossings, near
+
+
+def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
+    """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
+    segs, crossings, near = find_all_events(loops, cfg)
+    faults = []
+    if np.any(crossings.angle_deg < cfg.min_crossing_angle):
+        faults.append("crossing_angle")
+    too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
+    faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
+    if np.any(unexcused_near_pairs(near, segs, crossings, cfg)):
+        faults.append("min_gap")
+    points = np.concatenate(loops)
+    if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
+        faults.append("interior_margin")
+    return faults
+
+
+class PlacementError(RuntimeError):
+    pass
+
+
+def sample_tangle(cfg: Config, rng: np.random.Generator, index: int) -> tuple[Tangle, Counter]:
+    """Place loops one at a time, redrawing only the loop that breaks a rule.
+
+    The loop count is drawn once, before any rejection, so rejection cannot
+    skew the answer distribution. A loop that cannot be placed within
+    cfg.loop_attempts redraws restarts the sample from an empty canvas.
+    Returns the tangle and how many redraws each rule caused.
+    """
+    num_loops = int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
+    redraws: Counter = Counter()
+    for _ in range(cfg.sample_restarts):
+        tangle = Tangle.empty()
+        while len(tangle.loops) < num_loops:
+            for _ in range(cfg.loop_attempts):
+                candidate, reason = draw_loop(cfg, rng)
+                if candidate is not None:
+                    added, reason = try_add_loop(tangle, candidate, cfg)
+                if reason is None:
+                    tangle = added
+                    break
+                redraws[reason] += 1
+            else:
+                redraws["restart"] += 1
+                break
+        else:
+            return tangle, redraws
+    raise PlacementError(
+        f"sample {index} (seed {cfg.seed}): could not place {num_loops} loops within "
+        f"{cfg.sample_restarts} restarts of {cfg.loop_attempts} redraws per loop; lower --max-loops "
+        f"or loosen --min-gap / --min-crossing-angle / --min-crossing-separation")
+
+
+def draw_loop(cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray | None, str | None]:
+    """One loop placed on the canvas, or None with the rule its shape broke on its own."""
+    points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
+    if curvature_radius.min() < cfg.min_curvature_radius:
+        return None, "curvature"
+    placed = place_in_canvas(points, cfg, rng)
+    if placed is None:
+        return None, "interior_margin"
+    return placed, None
+
+
+# ---------------------------------------------------------------------------
+# Rendering: points in, PIL image out
+
+
+def ramp_palette() -> list[int]:
+    """256 colours on the line from ink to paper, indexed by tone (clipped at the ends)."""
+    tones = np.arange(256)[:, None]
+    frac = (tones - INK_TONE) / (PAPER_TONE - INK_TONE)
+    rgb = np.array(INK_RGB) + frac * (np.array(PAPER_RGB) - np.array(INK_RGB))
+    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8).ravel().tolist()
+
+
+PALETTE = ramp_palette()
+
+
+def densify(loops: tuple[np.ndarray, ...], spacing_px: float) -> np.ndarray:
+    """Points every spacing_px or closer along every closed polyline.  (D, 2)"""
+    starts = np.concatenate(loops)
+    ends = np.concatenate([np.roll(p, -1, axis=0) for p in loops])
+    steps = int(np.ceil(np.hypot(*(ends - starts).T).max() / spacing_px))
+    t = np.arange(steps)[None, :, None] / steps  # (1, steps, 1)
+    return (starts[:, None, :] + t * (ends - starts)[:, None, :]).reshape(-1, 2)
+
+
+def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
+    """Fraction of each pixel covered by the strokes, antialiased.  (size, size) float32
+
+    Coverage falls linearly over one pixel across the stroke's edge, from the
+    exact distance of each pixel centre to the nearest dense curve point; only
+    pixels near the curves are measured.
+    """
+    half = cfg.stroke_width / 2
+    dense = densify(loops, DENSE_SPACING_PX)
+    near_curve = np.zeros((cfg.size, cfg.size), dtype=bool)
+    cols, rows = np.clip(np.floor(dense).astype(int), 0, cfg.size - 1).T
+    near_curve[rows, cols] = True
+    reach = int(np.ceil(half + 1.5))
+    yy, xx = np.mgrid[-reach:reach + 1, -reach:reach + 1]
+    near_curve = binary_dilation(near_curve, structure=np.hypot(xx, yy) <= reach)
+    rows, cols = np.nonzero(near_curve)
+    centres = np.column_stack([cols + 0.5, rows + 0.5])
+    dist, _ = cKDTree(dense).query(centres, distance_upper_bound=half + 1.0)
+    coverage = np.zeros((cfg.size, cfg.size), dtype=np.float32)
+    coverage[rows, cols] = np.clip(half + 0.5 - dist, 0.0, 1.0)
+    return coverage
+
+
+def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Generator) -> Image.Image:
+    """All loops in one ink colour on a noisy off-white canvas, as a palette image."""
+    coverage = stroke_coverage(loops, cfg)
+    noise = rng.standard_normal((cfg.size, cfg.size), dtype=np.float32) * NOISE_SIGMA_TONE
+    tone = PAPER_TONE + coverage * (INK_TONE - PAPER_TONE) + noise
+    image = Image.fromarray(np.clip(np.rint(tone), 0, 255).astype(np.uint8), mode="L")
+    image.putpalette(PALETTE)
+    return image
+
+
+def pixel_sha256(image: Image.Image) -> str:
+    """Hash of the decoded RGB pixels: independent of PNG encoder and storage mode."""
+    return hashlib.sha256(np.asarray(image.convert("RGB")).tobytes()).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# One sample: pure and deterministic
+
+
+def sample_rng(cfg: Config, index: int) -> np.random.Generator:
+    # spawn_key keeps (seed, index) streams distinct; seed + index would make
+    # seed 0 index 1 the same image as seed 1 index 0.
+    return np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(index,)))
+
+
+def image_name(index: int, n: int) -> str:
+    width = max(5, len(str(n - 1)))
+    return f"{IMAGES_DIR}/{TASK_NAME}_{index:0{width}d}.png"
+
+
+def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
+    """The image, its annotation record and its geometry for sample `index`."""
+    rng = sample_rng(cfg, index)
+    tangle, redraws = sample_tangle(cfg, rng, index)
+    image = render_loops(tangle.loops, cfg, rng)
+    crossings = tangle.crossings
+    record = {
+        "image": image_name(index, cfg.n),
+        "width": cfg.size,
+        "height": cfg.size,
+        "num_loops": len(tangle.loops),
+        "question": QUESTION,
+        "answer": len(tangle.loops),
+        "index": index,
+        "seed": cfg.seed,
+        "num_crossings": int(np.sum(~crossings.is_self)),
+        "num_self_crossings": int(np.sum(crossings.is_self)),
+        "min_crossing_angle_deg": round(float(crossings.angle_deg.min()), 2) if len(crossings) else None,
+        "loop_redraws": int(sum(v for k, v in redraws.items() if k != "restart")),
+        "pixel_sha256": pixel_sha256(image),
+    }
+    return image, record, tangle
+
+
+# ---------------------------------------------------------------------------
+# Writing
+
+
+def write_atomic(path: Path, write) -> None:
+    """Write through a temporary sibling and rename, so readers never see half a file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def generate_and_write(job: tuple[Config, int, str]) -> dict:
+    """Worker: make one sample, write its PNG, return its record."""
+    cfg, index, out_dir = job
+    image, record, _ = make_sample(cfg, index)
+    write_atomic(Path(out_dir) / record["image"], lambda tmp: image.save(tmp, format="PNG"))
+    return record
+
+
+def canonical_command(cfg: Config) -> str:
+    """The command that regenerates this dataset (any output folder, any worker count)."""
+    parts = ["python creation.py"]
+    for field in dataclasses.fields(Config):
+        value = getattr(cfg, field.name)
+        parts.append(f"{flag(field.name)} {value:g}" if isinstance(value, float) else f"{flag(field.name)} {value}")
+    return " ".join(parts)
+
+
+def dataset_document(cfg: Config, records: list[dict]) -> dict:
+    histogram = Counter(r["answer"] for r in records)
+    return {
+        "task": TASK_NAME,
+        "generator_version": GENERATOR_VERSION,
+        "schema_version": SCHEMA_VERSION,
+        "command": canonical_command(cfg),
+        "config": dataclasses.asdict(cfg),
+        "question": QUESTION,
+        "num_samples": len(records),
+        "answer_histogram": {str(k): histogram[k] for k in sorted(histogram)},
+        "samples": records,
+    }
+
+
+def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> list[dict]:
+    """Write every image, then annotations.jsonl and data.json; returns the records in index order."""
+    (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
+    jobs = [(cfg, index, str(out_dir)) for index in range(cfg.n)]
+    progress = tqdm(total=cfg.n, desc=TASK_NAME, unit="img", disable=quiet, file=sys.stderr)
+    records = []
+    if workers == 1:
+        for job in jobs:
+            records.append(generate_and_write(job))
+            progress.update()
+    else:
+        with Pool(workers) as pool:
+            # imap keeps index order, so the output does not depend on the worker count.
+            for record in pool.imap(generate_and_write, jobs, chunksize=1):
+                records.append(record)
+                progress.update()
+    progress.close()
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    write_text_atomic(out_dir / ANNOTATIONS_FILE, lines)
+    document = json.dumps(dataset_document(cfg, records), ensure_ascii=False, indent=1) + "\n"
+    write_text_atomic(out_dir / DATA_FILE, document)
+    return records
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input gets one line and exit status 2, without the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> OneLineParser:
+    d = Config()
+    p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.")
+    run = p.add_argument_group("dataset")
+    run.add_argument("--n", type=int, default=d.n, help=f"number of images (default {d.n})")
+    run.add_argument("--seed", type=int, default=d.seed, help=f"run seed, non-negative (default {d.seed})")
+    run.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+                     help="output folder (default: the folder holding creation.py)")
+    run.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                     help="worker processes; 1 runs without a pool (default: all cores)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    loops = p.add_argument_group("loops")
+    loops.add_argument("--min-loops", type=int, default=d.min_loops, help=f"fewest loops per image (default {d.min_loops})")
+    loops.add_argument("--max-loops", type=int, default=d.max_loops, help=f"most loops per image (default {d.max_loops})")
+    loops.add_argument("--min-radius", type=float, default=d.min_radius, help=f"smallest mean loop radius, px (default {d.min_radius:g})")
+    loops.add_argument("--max-radius", type=float, default=d.max_radius, help=f"largest mean loop radius, px (default {d.max_radius:g})")
+    loops.add_argument("--min-waypoints", type=int, default=d.min_waypoints, help=f"fewest spline waypoints per loop (default {d.min_waypoints})")
+    loops.add_argument("--max-waypoints", type=int, default=d.max_waypoints, help=f"most spline waypoints per loop (default {d.max_waypoints})")
+    loops.add_argument("--angle-jitter", type=float, default=d.angle_jitter, help=f"waypoint angle jitter, rad, capped to keep ring order (default {d.angle_jitter:g})")
+    loops.add_argument("--radius-jitter", type=float, default=d.radius_jitter, help=f"waypoint radius jitter, fraction of the mean radius (default {d.radius_jitter:g})")
+    loops.add_argument("--points-per-loop", type=int, default=d.points_per_loop, help=f"dense samples along each loop (default {d.points_per_loop})")
+    canvas = p.add_argument_group("canvas")
+    canvas.add_argument("--size", type=int, default=d.size, help=f"canvas side, px (default {d.size})")
+    canvas.add_argument("--interior-margin", type=float, default=d.interior_margin, help=f"ink-free border, px (default {d.interior_margin:g})")
+    canvas.add_argument("--stroke-width", type=float, default=d.stroke_width, help=f"line width, px (default {d.stroke_width:g})")
+    rules = p.add_argument_group("traceability rules")
+    rules.add_argument("--min-gap", type=float, default=d.min_gap, help=f"closest two strands may come away from a crossing, px (default {d.min_gap:g})")
+    rules.add_argument("--min-crossing-angle", type=float, default=d.min_crossing_angle, help=f"shallowest allowed crossing, degrees (default {d.min_crossing_angle:g})")
+    rules.add_argument("--min-crossing-separation", type=float, default=d.min_crossing_separation, help=f"distance between any two crossings, px (default {d.min_crossing_separation:g})")
+    rules.add_argument("--min-same-pair-separation", type=float, default=d.min_same_pair_separation, help=f"distance between two crossings of the same two loops, px (default {d.min_same_pair_separation:g})")
+    rules.add_argument("--min-curvature-radius", type=float, default=d.min_curvature_radius, help=f"tightest allowed bend, px (default {d.min_curvature_radius:g})")
+    rules.add_argument("--loop-attempts", type=int, default=d.loop_attempts, help=f"redraws of one loop before the sample restarts (default {d.loop_attempts})")
+    rules.add_argument("--sample-restarts", type=int, default=d.sample_restarts, help=f"restarts before a sample fails (default {d.sample_restarts})")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    try:
+        records = generate_dataset(cfg, args.out, min(args.workers, cfg.n), quiet=args.quiet)
+    except PlacementError as error:
+        print(f"creation.py: error: {error}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        tqdm.write(f"wrote {len(records)} images, {ANNOTATIONS_FILE} and {DATA_FILE} to {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""Geometry: hand-made oracles, config validation, and accepted samples checked by brute force."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import creation
+from creation import Config
+
+CFG = Config()
+# A small world so property tests can draw many samples quickly.
+SMALL = Config(n=1, size=512, interior_margin=20, min_radius=50, max_radius=110, min_loops=2,
+               max_loops=6, points_per_loop=300)
+
+
+def circle(cx, cy, r, count=900, phase=0.0):
+    t = phase + np.linspace(0, 2 * np.pi, count, endpoint=False)
+    return np.column_stack([cx + r * np.cos(t), cy + r * np.sin(t)])
+
+
+def figure_eight(count, phase=0.0, scale=200.0):
+    """Gerono lemniscate around (512, 512): one self-crossing at the centre, at 90 degrees."""
+    t = phase + np.linspace(0, 2 * np.pi, count, endpoint=False)
+    return np.column_stack([512 + scale * np.sin(t), 512 + scale * np.sin(t) * np.cos(t)])
+
+
+# --- hand-made oracles ------------------------------------------------------
+
+
+def test_circle_has_no_crossing_and_breaks_no_rule():
+    _, crossings, _ = creation.find_all_events([circle(512, 512, 200)], CFG)
+    assert len(crossings) == 0
+    assert creation.tangle_violations([circle(512, 512, 200)], CFG) == []
+
+
+@pytest.mark.parametrize("count, phase", [
+    (900, 0.0),  # both strands have a vertex exactly on the crossing
+    (901, 0.0),  # one strand's vertex lies inside the other's segment
+    (900, 0.0013),  # the crossing falls inside a segment of each strand
+])
+def test_figure_eight_has_exactly_one_self_crossing(count, phase):
+    _, crossings, _ = creation.find_all_events([figure_eight(count, phase)], CFG)
+    assert len(crossings) == 1
+    assert crossings.is_self[0]
+    np.testing.assert_allclose(crossings.point[0], [512, 512], atol=0.5)
+    assert crossings.angle_deg[0] == pytest.approx(90, abs=1.0)
+    assert creation.tangle_violations([figure_eight(count, phase)], CFG) == []
+
+
+def test_exact_vertex_crossing_of_two_loops_counts_once_per_point():
+    # Two circles through common vertices: the crossings land on vertices of both.
+    a = circle(512, 512, 150, count=720)
+    b = circle(662, 512, 150, count=720, phase=np.pi)  # shares the two points at x = 587
+    _, crossings, _ = creation.find_all_events([a, b], CFG)
+    assert len(crossings) == 2
+    assert abs(crossings.point[0, 1] - crossings.point[1, 1]) == pytest.approx(2 * 150 * np.sin(np.pi / 3), abs=1)
+
+
+@pytest.mark.parametrize("gap_px, broken", [(6.0, True), (8.5, True), (10.0, False)])
+def test_concentric_rings_closer_than_min_gap_fail(gap_px, broken):
+    rings = [circle(512, 512, 200), circle(512, 512, 200 + gap_px)]
+    assert ("min_gap" in creation.tangle_violations(rings, CFG)) == broken
+
+
+def test_touching_loops_are_rejected():
+    faults = creation.tangle_violations([circle(400, 512, 100), circle(600, 512, 100)], CFG)
+    assert "min_gap" in faults or "crossing_separation" in faults
+
+
+@pytest.mark.parametrize("offset_px, shallow", [(392.0, True), (250.0, False)])
+def test_shallow_crossings_are_rejected(offset_px, shallow):
+    # Two r=200 rings with centres d apart cross at the acute angle arccos|1 - d^2 / 2r^2|: 23 or 77 degrees.
+    loops = [circle(312, 512, 200), circle(312 + offset_px, 512, 200)]
+    _, crossings, _ = creation.find_all_events(loops, CFG)
+    assert len(crossings) == 2
+    assert ("crossing_angle" in creation.tangle_violations(loops, CFG)) == shallow
+
+
+def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
+    # A small ring centred on a big ring crosses it twice about 2 * 12 px apart.
+    loops = [circle(512, 512, 200), circle(712, 512, 12)]
+    _, crossings, _ = creation.find_all_events(loops, CFG)
+    assert len(crossings) == 2
+    assert "same_pair_separation" in creation.tangle_violations(loops, CFG)
+
+
+def test_three_strands_through_nearly_one_point_are_rejected():
+    # Three big circles whose crossings with each other fall within a few px.
+    loops = [circle(512 + 200 * np.cos(a), 512 + 200 * np.sin(a), 200)
+             for a in (0.0, 2 * np.pi / 3 + 0.01, 4 * np.pi / 3)]
+    assert "crossing_separation" in creation.tangle_violations(loops, CFG)
+
+
+def test_strands_close_only_at_a_crossing_are_excused():
+    # Two rings crossing at about 56 degrees: strands come closer than min_gap only there.
+    loops = [circle(400, 400, 200), circle(650, 650, 200)]
+    assert creation.tangle_violations(loops, CFG) == []
+
+
+def test_loop_leaving_the_margin_is_reported():
+    assert "interior_margin" in creation.tangle_violations([circle(100, 512, 80)], CFG)
+
+
+# --- config validation ------------------------------------------------------
+
+
+@pytest.mark.parametrize("changes, text", [
+    ({"n": 0}, "--n"),
+    ({"seed": -1}, "--seed"),
+    ({"min_loops": 8, "max_loops": 5}, "--min-loops 8 exceeds --max-loops 5"),
+    ({"min_radius": 300}, "--min-radius"),
+    ({"max_radius": 600}, "--max-radius 600"),
+    ({"interior_margin": 600}, "--interior-margin 600"),
+    ({"min_gap": float("nan")}, "--min-gap"),
+    ({"stroke_width": 0}, "--stroke-width"),
+    ({"min_crossing_angle": 90}, "--min-crossing-angle"),
+    ({"radius_jitter": 1.0}, "--radius-jitter"),
+    ({"min_waypoints": 3}, "--min-waypoints"),
+    ({"points_per_loop": 10}, "--points-per-loop"),
+])
+def test_invalid_config_names_the_flag_and_value(changes, text):
+    with pytest.raises(ValueError, match=text):
+        Config(**changes)
+
+
+# --- sampling ---------------------------------------------------------------
+
+
+def test_waypoints_keep_ring_order():
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        wp = creation.sample_waypoints(Config(angle_jitter=1.0), rng)
+        turn = np.diff(np.unwrap(np.arctan2(wp[:, 1], wp[:, 0])))
+        assert np.all(turn > 0)
+
+
+def test_loop_count_is_drawn_before_any_rejection():
+    for index in range(30):
+        first_draw = creation.sample_rng(SMALL, index).integers(SMALL.min_loops, SMALL.max_loops + 1)
+        tangle, _ = creation.sample_tangle(SMALL, creation.sample_rng(SMALL, index), index)
+        assert len(tangle.loops) == first_draw
+
+
+def test_sample_streams_do_not_alias_across_seed_and_index():
+    a = creation.sample_rng(Config(seed=0), 1).random(4)
+    b = creation.sample_rng(Config(seed=1), 0).random(4)
+    assert not np.allclose(a, b)
+
+
+def test_impossible_sample_names_index_seed_and_knob():
+    cfg = Config(seed=7, min_loops=11, max_loops=11, min_gap=200, loop_attempts=3, sample_restarts=2)
+    with pytest.raises(creation.PlacementError, match=r"sample 4 \(seed 7\).*--max-loops"):
+        creation.sample_tangle(cfg, creation.sample_rng(cfg, 4), 4)
+
+
+# --- brute-force oracle for accepted samples --------------------------------
+
+
+def brute_force_crossings(loops):
+    """Every proper crossing, testing all segment pairs of every two loops with the parametric formula."""
+    points, angles, pairs = [], [], []
+    for a in range(len(loops)):
+        for b in range(a, len(loops)):
+            p0, q0 = loops[a], loops[b]
+            r, s = np.roll(p0, -1, axis=0) - p0, np.roll(q0, -1, axis=0) - q0
+            i, j = np.meshgrid(np.arange(len(p0)), np.arange(len(q0)), indexing="ij")
+            i, j = i.ravel(), j.ravel()
+            if a == b:  # each unordered pair once, neighbours sharing a vertex excluded
+                gap = np.minimum(np.abs(i - j), len(p0) - np.abs(i - j))
+                i, j = i[(i < j) & (gap > 1)], j[(i < j) & (gap > 1)]
+            denom = r[i, 0] * s[j, 1] - r[i, 1] * s[j, 0]
+            qp = q0[j] - p0[i]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = (qp[:, 0] * s[j, 1] - qp[:, 1] * s[j, 0]) / denom
+                u = (qp[:, 0] * r[i, 1] - qp[:, 1] * r[i, 0]) / denom
+            hit = (denom != 0) & (t >= 0) & (t < 1) & (u >= 0) & (u < 1)
+            points.append(p0[i[hit]] + t[hit, None] * r[i[hit]])
+            cos = np.abs(np.sum(r[i[hit]] * s[j[hit]], axis=1)) / (
+                np.linalg.norm(r[i[hit]], axis=1) * np.linalg.norm(s[j[hit]], axis=1))
+            angles.append(np.degrees(np.arccos(np.clip(cos, 0, 1))))
+            pairs.append(np.tile([a, b], (int(hit.sum()), 1)))
+    return np.concatenate(points), np.concatenate(angles), np.concatenate(pairs)
+
+
+def circumradius(points):
+    a, b, c = np.roll(points, 1, axis=0), points, np.roll(points, -1, axis=0)
+    ab, bc, ca = (np.linalg.norm(x, axis=1) for x in (b - a, c - b, a - c))
+    area2 = np.abs((b - a)[:, 0] * (c - a)[:, 1] - (b - a)[:, 1] * (c - a)[:, 0])
+    with np.errstate(divide="ignore"):
+        return np.where(area2 > 0, ab * bc * ca / area2, np.inf)
+
+
+def assert_close_vertices_sit_at_crossings(loops, cfg, points, pairs):
+    """Two vertices of different strands closer than min_gap must both be near one crossing
+    of the same two loops (a generous Euclidean window, not the generator's arc window)."""
+    window = 1.2 * cfg.min_gap / np.sin(np.radians(cfg.min_crossing_angle)) + 5
+    for a in range(len(loops)):
+        for b in range(a, len(loops)):
+            dist = np.linalg.norm(loops[a][:, None] - loops[b][None], axis=2)
+            close_i, close_j = np.nonzero(dist < cfg.min_gap - 0.01)
+            if a == b:
+                step = np.linalg.norm(np.diff(loops[a], axis=0), axis=1).max()
+                arc = np.minimum(np.abs(close_i - close_j), len(loops[a]) - np.abs(close_i - close_j)) * step
+                close_i, close_j = close_i[arc > 4 * cfg.min_gap], close_j[arc > 4 * cfg.min_gap]
+            if len(close_i) == 0:
+                continue
+            here = points[np.all(pairs == [a, b], axis=1)]
+            assert len(here), f"loops {a} and {b} come close but never cross"
+            far = np.maximum(np.linalg.norm(loops[a][close_i][:, None] - here[None], axis=2),
+                             np.linalg.norm(loops[b][close_j][:, None] - here[None], axis=2)).min(axis=1)
+            assert far.max() <= window, f"loops {a} and {b} come close {far.max():.1f} px from any crossing"
+
+
+def assert_every_rule_holds(loops, cfg):
+    points, angles, pairs = brute_force_crossings(loops)
+    assert np.all(angles >= cfg.min_crossing_angle - 0.01)
+    dist = np.linalg.norm(points[:, None] - points[None], axis=2) + np.eye(len(points)) * 1e9
+    assert np.all(dist >= cfg.min_crossing_separation)
+    same_pair = np.all(pairs[:, None] == pairs[None], axis=2)
+    assert np.all(dist[same_pair] >= cfg.min_same_pair_separation)
+    for loop in loops:
+        assert circumradius(loop).min() >= 0.9 * cfg.min_curvature_radius
+    everything = np.concatenate(loops)
+    assert everything.min() >= cfg.interior_margin
+    assert everything.max() <= cfg.size - cfg.interior_margin
+    assert_close_vertices_sit_at_crossings(loops, cfg, points, pairs)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), index=st.integers(0, 10**6))
+def test_accepted_small_samples_keep_every_rule(seed, index):
+    cfg = Config(**{**SMALL.__dict__, "seed": seed})
+    tangle, _ = creation.sample_tangle(cfg, creation.sample_rng(cfg, index), index)
+    assert creation.tangle_violations(list(tangle.loops), cfg) == []
+    assert_every_rule_holds(list(tangle.loops), cfg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(4))
+def test_accepted_default_samples_keep_every_rule(index):
+    tangle, _ = creation.sample_tangle(CFG, creation.sample_rng(CFG, index), index)
+    assert creation.tangle_violations(list(tangle.loops), CFG) == []
+    assert_every_rule_holds(list(tangle.loops), CFG)

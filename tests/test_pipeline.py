@@ -1,0 +1,124 @@
+"""End to end: the CLI on a tiny dataset, determinism across workers, records, bad input."""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from scipy.ndimage import convolve
+from skimage.morphology import skeletonize
+
+import creation
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--n", "6", "--seed", "11", "--quiet"]
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "creation.py"), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def decoded_hash(path):
+    return hashlib.sha256(np.asarray(Image.open(path).convert("RGB")).tobytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    assert creation.main([*TINY, "--out", str(out), "--workers", "1"]) == 0
+    return out
+
+
+def read_records(folder):
+    return [json.loads(line) for line in (folder / "annotations.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def test_tiny_run_writes_images_and_records(tiny_dataset):
+    records = read_records(tiny_dataset)
+    assert [r["index"] for r in records] == list(range(6))
+    assert sorted(p.name for p in (tiny_dataset / "images").iterdir()) == [
+        f"tangled_loops_{i:05d}.png" for i in range(6)]
+    for r in records:
+        assert list(r)[:6] == ["image", "width", "height", "num_loops", "question", "answer"]
+        assert r["question"] == creation.QUESTION
+        assert r["answer"] == r["num_loops"]
+        assert 5 <= r["answer"] <= 11
+        image = Image.open(tiny_dataset / r["image"])
+        assert image.size == (r["width"], r["height"]) == (1024, 1024)
+        assert decoded_hash(tiny_dataset / r["image"]) == r["pixel_sha256"]
+        assert r["num_crossings"] >= 0 and r["num_self_crossings"] >= 0
+        assert r["min_crossing_angle_deg"] is None or r["min_crossing_angle_deg"] >= 30
+
+
+def test_data_json_describes_the_run(tiny_dataset):
+    data = json.loads((tiny_dataset / "data.json").read_text(encoding="utf-8"))
+    assert data["samples"] == read_records(tiny_dataset)
+    assert data["config"] == creation.dataclasses.asdict(creation.Config(n=6, seed=11))
+    assert sum(data["answer_histogram"].values()) == 6
+    assert data["command"].startswith("python creation.py --n 6 --seed 11 ")
+    assert "--out" not in data["command"] and "--workers" not in data["command"]
+    text = (tiny_dataset / "data.json").read_text(encoding="utf-8")
+    assert str(tiny_dataset) not in text
+
+
+def test_canonical_command_regenerates_the_config(tiny_dataset):
+    data = json.loads((tiny_dataset / "data.json").read_text(encoding="utf-8"))
+    argv = data["command"].split()[2:]
+    assert creation.config_from_args(creation.build_parser().parse_args(argv)) == creation.Config(n=6, seed=11)
+
+
+def test_single_sample_regenerates_alone(tiny_dataset):
+    record = read_records(tiny_dataset)[4]
+    image, again, _ = creation.make_sample(creation.Config(n=6, seed=record["seed"]), record["index"])
+    assert again == record
+
+
+@pytest.mark.slow
+def test_two_workers_give_identical_output(tiny_dataset, tmp_path):
+    assert creation.main([*TINY, "--out", str(tmp_path), "--workers", "2"]) == 0
+    for name in ("annotations.jsonl", "data.json"):
+        assert (tmp_path / name).read_bytes() == (tiny_dataset / name).read_bytes()
+    for record in read_records(tiny_dataset):
+        assert decoded_hash(tmp_path / record["image"]) == decoded_hash(tiny_dataset / record["image"])
+
+
+def test_seed_endpoint_attack_finds_no_endpoints(tiny_dataset):
+    # The attack that broke the open-curve version: skeleton pixels with one neighbour.
+    for record in read_records(tiny_dataset):
+        gray = np.asarray(Image.open(tiny_dataset / record["image"]).convert("L"))
+        skeleton = skeletonize(gray < 110)
+        neighbours = convolve(skeleton.astype(int), np.ones((3, 3), int), mode="constant") - skeleton
+        assert np.sum(skeleton & (neighbours == 1)) == 0
+
+
+def test_image_names_widen_for_large_datasets():
+    assert creation.image_name(7, 500) == "images/tangled_loops_00007.png"
+    assert creation.image_name(7, 200_000) == "images/tangled_loops_000007.png"
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--n", "0"], "--n"),
+    (["--n", "-4"], "--n"),
+    (["--n", "2.5"], "--n"),
+    (["--seed", "-1"], "--seed"),
+    (["--min-loops", "9", "--max-loops", "5"], "--min-loops"),
+    (["--interior-margin", "600"], "--interior-margin"),
+    (["--max-radius", "900"], "--max-radius"),
+    (["--min-gap", "-2"], "--min-gap"),
+    (["--stroke-width", "nan"], "--stroke-width"),
+    (["--workers", "0"], "--workers"),
+    (["--size", "big"], "--size"),
+])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, flag):
+    (tmp_path / "keep.txt").write_text("untouched")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = run_cli(*args, "--out", str(tmp_path))
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert flag in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
