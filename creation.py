@@ -21,15 +21,21 @@ creation.md explains the design; README.md shows how to install and run.
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import posixpath
+import re
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from multiprocessing import Pool
 from pathlib import Path
+from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -290,55 +296,63 @@ def intersect_segments(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def point_segment_distance(x, a, b) -> np.ndarray:
-    ab = b - a
-    t = np.clip(np.sum((x - a) * ab, axis=1) / np.maximum(np.sum(ab * ab, axis=1), 1e-12), 0, 1)
-    return np.hypot(*(a + t[:, None] * ab - x).T)
+    # Components spelled out: np.sum over a length-2 axis is several times slower.
+    abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
+    axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
+    t = np.clip((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0, 1)
+    return np.hypot(t * abx - axx, t * aby - axy)
 
 
-def segment_distance(p0, p1, q0, q1, crossing: np.ndarray) -> np.ndarray:
+def segment_distance(p0, p1, q0, q1) -> np.ndarray:
     """Closest distance between segment pairs; zero where they cross.  (M,)"""
     ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
                               point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
+    crossing, _, _ = intersect_segments(p0, p1, q0, q1)
     return np.where(crossing, 0.0, ends)
 
 
-def candidate_radius(cfg: Config, segs: Segments) -> float:
-    """Midpoint distance that can hide a crossing or a near-approach between two segments."""
-    longest = np.hypot(*(segs.end - segs.start).T).max()
-    return cfg.min_gap + longest
+def longest_segment(segs: Segments) -> float:
+    """Two segments whose midpoints are farther apart than this cannot cross."""
+    return float(np.hypot(*(segs.end - segs.start).T).max())
 
 
-def find_events(segs: Segments, pairs: np.ndarray, cfg: Config) -> tuple[Crossings, np.ndarray]:
-    """Crossings and near-approaches among candidate segment pairs.
+def separate_strand_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
+    """Candidate pairs (M, 2) of rows of segs, minus those that are one strand bending.
 
-    pairs is (M, 2) of row indices into segs. Pairs on one loop closer than
-    cfg.self_arc_gap_px along it are one strand bending, not two strands
-    meeting, and are dropped. Returns the crossings and the (K, 2) pairs that
-    come within cfg.min_gap of each other (crossing pairs included).
+    Two segments of one loop closer than cfg.self_arc_gap_px along it belong
+    to the same strand; they neither cross nor approach each other.
     """
     u, v = pairs[:, 0], pairs[:, 1]
     same_loop = segs.loop[u] == segs.loop[v]
     separate = ~same_loop | (arc_distance(segs.arc[u], segs.arc[v], segs.perimeter[u]) > cfg.self_arc_gap_px)
-    u, v = u[separate], v[separate]
-    p0, p1, q0, q1 = segs.start[u], segs.end[u], segs.start[v], segs.end[v]
-    hit, point, angle = intersect_segments(p0, p1, q0, q1)
-    near = segment_distance(p0, p1, q0, q1, hit) < cfg.min_gap
+    return pairs[separate]
+
+
+def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:
+    """Crossings among candidate pairs of separate strands."""
+    u, v = pairs[:, 0], pairs[:, 1]
+    hit, point, angle = intersect_segments(segs.start[u], segs.end[u], segs.start[v], segs.end[v])
     # Order each crossing's sides by loop id so a pair of loops has one key.
     cu, cv = u[hit], v[hit]
     swap = segs.loop[cu] > segs.loop[cv]
     a, b = np.where(swap, cv, cu), np.where(swap, cu, cv)
-    crossings = Crossings(point[hit], angle[hit], segs.loop[a], segs.loop[b], segs.arc[a], segs.arc[b])
-    return crossings, np.column_stack([u[near], v[near]])
+    return Crossings(point[hit], angle[hit], segs.loop[a], segs.loop[b], segs.arc[a], segs.arc[b])
 
 
-def crossing_window_px(angle_deg: np.ndarray, cfg: Config, segs: Segments) -> np.ndarray:
+def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
+    """The (K, 2) candidate pairs that come within cfg.min_gap of each other, crossing pairs included."""
+    u, v = pairs[:, 0], pairs[:, 1]
+    near = segment_distance(segs.start[u], segs.end[u], segs.start[v], segs.end[v]) < cfg.min_gap
+    return pairs[near]
+
+
+def crossing_window_px(angle_deg: np.ndarray, cfg: Config, longest: float) -> np.ndarray:
     """Arc length around a crossing inside which its two strands may be closer than min_gap.
 
     Two straight strands crossing at angle theta are min_gap apart once each is
     min_gap / sin(theta) from the crossing; the 1.2 factor allows for their
     bending and one segment length for where the crossing falls in its segment.
     """
-    longest = np.hypot(*(segs.end - segs.start).T).max()
     return 1.2 * cfg.min_gap / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
 
 
@@ -349,7 +363,7 @@ def unexcused_near_pairs(near: np.ndarray, segs: Segments, crossings: Crossings,
     u, v = near[:, 0], near[:, 1]
     swap = segs.loop[u] > segs.loop[v]
     u, v = np.where(swap, v, u), np.where(swap, u, v)
-    window = crossing_window_px(crossings.angle_deg, cfg, segs)[None, :]  # (1, C)
+    window = crossing_window_px(crossings.angle_deg, cfg, longest_segment(segs))[None, :]  # (1, C)
     same_strands = (segs.loop[u][:, None] == crossings.loop_a) & (segs.loop[v][:, None] == crossings.loop_b)
 
     def within(arc_u, arc_v):  # (K, C): both ends of a near pair inside one crossing's window
@@ -377,9 +391,8 @@ def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config
     return too_close, same_pair_close
 
 
-def rule_violation(segs: Segments, new_crossings: Crossings, old_crossings: Crossings,
-                   near: np.ndarray, cfg: Config) -> str | None:
-    """The first traceability rule the new crossings and near-approaches break, or None."""
+def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, cfg: Config) -> str | None:
+    """The first crossing rule the new crossings break, or None."""
     if np.any(new_crossings.angle_deg < cfg.min_crossing_angle):
         return "crossing_angle"
     too_close, same_pair_close = crossing_separation_faults(old_crossings + new_crossings, len(old_crossings), cfg)
@@ -387,8 +400,6 @@ def rule_violation(segs: Segments, new_crossings: Crossings, old_crossings: Cros
         return "crossing_separation"
     if same_pair_close:
         return "same_pair_separation"
-    if np.any(unexcused_near_pairs(near, segs, new_crossings, cfg)):
-        return "min_gap"
     return None
 
 
@@ -414,27 +425,37 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config) -> tuple[Tangl
     """
     new = loop_segments(points, len(tangle.loops))
     segs = concat_segments([tangle.segs, new])
-    offset = len(tangle.segs)
-    radius = candidate_radius(cfg, segs)
     new_tree = cKDTree(new.mid)
-    self_pairs = new_tree.query_pairs(radius, output_type="ndarray") + offset
-    pair_list = [self_pairs]
-    if tangle.tree is not None:
-        found = new_tree.sparse_distance_matrix(tangle.tree, radius, output_type="ndarray")
-        pair_list.append(np.column_stack([found["i"] + offset, found["j"]]))
-    crossings, near = find_events(segs, np.concatenate(pair_list).astype(np.int64), cfg)
-    reason = rule_violation(segs, crossings, tangle.crossings, near, cfg)
+
+    def pairs_within(radius: float) -> np.ndarray:  # (M, 2) rows of segs, the new loop's row first
+        offset = len(tangle.segs)
+        found = [new_tree.query_pairs(radius, output_type="ndarray") + offset]
+        if tangle.tree is not None:
+            other = new_tree.sparse_distance_matrix(tangle.tree, radius, output_type="ndarray")
+            found.append(np.column_stack([other["i"] + offset, other["j"]]))
+        return separate_strand_pairs(segs, np.concatenate(found).astype(np.int64), cfg)
+
+    longest = longest_segment(segs)
+    crossings = find_crossings(segs, pairs_within(longest))
+    reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
     if reason is not None:
         return None, reason
+    # Most redraws fail on a crossing rule; clearance, the costlier check, runs last.
+    near = find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
+    if np.any(unexcused_near_pairs(near, segs, crossings, cfg)):
+        return None, "min_gap"
     return Tangle(tangle.loops + (points,), segs, cKDTree(segs.mid), tangle.crossings + crossings), None
 
 
 def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
     """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
     segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
-    pairs = cKDTree(segs.mid).query_pairs(candidate_radius(cfg, segs), output_type="ndarray")
-    crossings, near = find_events(segs, pairs.astype(np.int64), cfg)
-    return segs, crossings, near
+    tree, longest = cKDTree(segs.mid), longest_segment(segs)
+
+    def pairs_within(radius: float) -> np.ndarray:
+        return separate_strand_pairs(segs, tree.query_pairs(radius, output_type="ndarray").astype(np.int64), cfg)
+
+    return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
 
 
 def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
@@ -676,6 +697,433 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
 
 
 # ---------------------------------------------------------------------------
+# Scoring: read the count a model's reply commits to, and grade a run.
+# Standard library only, so harnesses can import it without the drawing stack.
+
+
+_NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
+    "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11,
+    "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+    "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19,
+    "twenty": 20,
+}
+_UNIT_WORDS = "one|two|three|four|five|six|seven|eight|nine"
+
+# A number is a run of ASCII digits (optionally with a decimal part, so that
+# "7.5" is seen whole and rejected rather than read as 7) that is not glued to
+# a letter: "7th", "2D", "Loop7" and "x7" are not counts. CJK text is fine:
+# "7个" parses, because only ASCII letters block a match. Number words are
+# whole words; "twenty-one" is one token, not the range "twenty to one".
+_NUMBER_PATTERN = (
+    r"(?<![A-Za-z0-9_.])(?P<digits>[0-9]+(?:\.[0-9]+)?)(?![A-Za-z0-9_]|\.[0-9])"
+    rf"|\b(?P<word>twenty(?:[ -](?:{_UNIT_WORDS}))?|{'|'.join(_NUMBER_WORDS)})\b"
+)
+_NUMBER_RE = re.compile(_NUMBER_PATTERN, re.IGNORECASE)
+_PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b)", re.IGNORECASE)
+# "one" is far more often a pronoun than a count ("the small red one",
+# "one of the loops", "one by one"); left in, it would often be the last number
+# of a reply and turn 7 into 1. "one loop" is always a count.
+_PRONOUN_ONE_AFTER = re.compile(r"\s+(?:of|another|by)\b", re.IGNORECASE)
+_COUNT_ONE_AFTER = re.compile(r"[\s*_]+(?:[a-z]+\s+){0,2}loops?\b", re.IGNORECASE)
+_PRONOUN_ONE_BEFORE = re.compile(
+    r"\b(?:the|this|that|each|every|which|another|a|an|some|any|no|by)\s+(?:[a-z]+\s+){0,3}$",
+    re.IGNORECASE,
+)
+
+# Gaps between two different numbers that make a reply name two candidates:
+# "7 or 8", "7-8", "7 to 8", "7/8", "7 (or possibly 8)", "**7** or **8**".
+_ALTERNATIVE_GAP = re.compile(
+    r"[\s*_()$,]*(?:or|to|-|–|—|~|/)[\s*_()$]*(?:(?:maybe|possibly|perhaps|probably)\s*)?",
+    re.IGNORECASE,
+)
+_AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
+_BETWEEN_BEFORE = re.compile(r"\bbetween[\s*_]*$", re.IGNORECASE)
+# A bound is not a count: "at least 7", "more than 6", ">6", "7+", "7 or more".
+# Only a free-standing "<"/">" is one: not a tag ("<answer>7"), an arrow
+# ("-> 7") or a markdown quote ("> 7" opening a line).
+_BOUND_BEFORE = re.compile(
+    r"(?:\bat\s+least|\bat\s+most|\bmore\s+than|\bless\s+than|\bfewer\s+than|(?<=[ \t:(])[<>]=?|[≤≥])[\s*_]*$",
+    re.IGNORECASE,
+)
+_BOUND_AFTER = re.compile(
+    r"[\s*_]*(?:\+(?!\s*[0-9])|or\s+(?:more|fewer|less|greater|higher|above))",
+    re.IGNORECASE,
+)
+
+# Final-answer markers. The keyword form accepts "Answer: 7", "answer is 7",
+# "**Answer:** 7", "Final answer = 7"; plain "answer" with no ":", "=" or verb
+# ("to answer this, I ...") is not a marker.
+_KEYWORD_MARKER = re.compile(
+    r"\banswer\b[\s*_]*(?:(?:is|would\s+be|will\s+be|should\s+be)\b[\s*_]*:?|[:=])",
+    re.IGNORECASE,
+)
+_BOXED_MARKER = re.compile(r"\\boxed\s*\{")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.IGNORECASE | re.DOTALL)
+# A bold number closing the reply ("... so the total is **7**."), and only a
+# number: "**Loop 3**" at the end is a label, not a verdict.
+_TRAILING_BOLD = re.compile(
+    rf"(?:\*\*|__)\s*(?P<clause>(?:{_NUMBER_PATTERN})[^*_\n]{{0,40}}?)(?:\*\*|__)\W*$",
+    re.IGNORECASE,
+)
+# After a keyword marker the answer is in the same sentence or line; the next
+# sentence is explanation ("Answer: 7. Loop 1 starts ...").
+_CLAUSE_LEAD = re.compile(r"[\s*_#>`]*")
+_CLAUSE_END = re.compile(r"\n|[.!?;](?=\s|$)")
+# Reasoning models put a draft before "</think>"; only what follows is the reply.
+_THINK_END = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+# LaTeX text wrappers hide connectors: "\boxed{7 \text{ or } 8}" hedges like "7 or 8".
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+
+
+class _Number(NamedTuple):
+    start: int
+    end: int
+    value: float  # float so that "7.5" and "-3" survive until they are judged
+
+
+def _is_pronoun_one(text, start, end):
+    """Whether the "one" at text[start:end] stands for a thing rather than a count."""
+    if _PRONOUN_ONE_AFTER.match(text, end):
+        return True
+    if _COUNT_ONE_AFTER.match(text, end):
+        return False
+    return bool(_PRONOUN_ONE_BEFORE.search(text[max(0, start - 40):start]))
+
+
+def _find_numbers(text):
+    """All candidate numbers in `text`, in order, pronoun "one"s and percentages left out."""
+    numbers = []
+    for m in _NUMBER_RE.finditer(text):
+        if _PERCENT_AFTER.match(text, m.end()):
+            continue
+        if m.group("digits"):
+            value = float(m.group("digits"))
+            # A minus glued to the digits and not to a word before it is a sign;
+            # in "7-8" or "Loop-7" it is a dash.
+            sign_at = m.start() - 1
+            if sign_at >= 0 and text[sign_at] in "-−" and (sign_at == 0 or not text[sign_at - 1].isalnum()):
+                value = -value
+        else:
+            word = m.group("word").lower()
+            if word == "one" and _is_pronoun_one(text, m.start(), m.end()):
+                continue
+            head, _, unit = word.replace("-", " ").partition(" ")
+            value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
+        numbers.append(_Number(m.start(), m.end(), value))
+    return numbers
+
+
+def _committed_value(text, numbers, i):
+    """The count that `numbers[i]` commits to, or None when it is hedged, a bound or not a count."""
+    chosen = numbers[i]
+    if chosen.value < 0 or chosen.value != int(chosen.value):
+        return None
+    if _BOUND_BEFORE.search(text[max(0, chosen.start - 30):chosen.start]) or _BOUND_AFTER.match(text, chosen.end):
+        return None
+    for left, right in ((i - 1, i), (i, i + 1)):
+        if left < 0 or right >= len(numbers):
+            continue
+        a, b = numbers[left], numbers[right]
+        if a.value == b.value:
+            continue  # "7 (seven)" or "7/7" names one number twice
+        gap = text[a.end:b.start]
+        if _ALTERNATIVE_GAP.fullmatch(gap):
+            return None
+        if _AND_GAP.fullmatch(gap) and _BETWEEN_BEFORE.search(text[max(0, a.start - 20):a.start]):
+            return None
+    return int(chosen.value)
+
+
+def _closing_brace(text, start):
+    """Index of the "}" that closes the brace opened just before `start`."""
+    depth = 1
+    for pos in range(start, len(text)):
+        if text[pos] == "{":
+            depth += 1
+        elif text[pos] == "}":
+            depth -= 1
+            if depth == 0:
+                return pos
+    return len(text)
+
+
+def _marker_clauses(text):
+    """(marker start, clause start, clause end) for every final-answer marker, in text order."""
+    clauses = []
+    for m in _KEYWORD_MARKER.finditer(text):
+        start = _CLAUSE_LEAD.match(text, m.end()).end()
+        end_match = _CLAUSE_END.search(text, start)
+        clauses.append((m.start(), start, end_match.start() if end_match else len(text)))
+    for m in _BOXED_MARKER.finditer(text):
+        clauses.append((m.start(), m.end(), _closing_brace(text, m.end())))
+    for m in _ANSWER_TAG.finditer(text):
+        clauses.append((m.start(), m.start(1), m.end(1)))
+    for m in _TRAILING_BOLD.finditer(text):
+        clauses.append((m.start(), m.start("clause"), m.end("clause")))
+    return sorted(clauses)
+
+
+def extract_answer(response: str) -> "int | None":
+    """The non-negative integer a model's reply commits to, or None.
+
+    Precedence:
+      0. Only text after the last "</think>" (or "</thinking>") counts, and
+         LaTeX text wrappers are dropped ("\\text{7}" reads as "7").
+      1. Final-answer markers: "\\boxed{7}", "<answer>7</answer>",
+         "answer: 7" / "answer is 7" / "answer = 7" (any case, markdown allowed:
+         "**Answer:** 7", "Final answer: **7**"), and a bold number that ends
+         the reply ("... **7**"). The answer is the first number inside the
+         box or tag, or in the rest of the marker's sentence or line. With
+         several markers the last one that holds a number wins.
+      2. Otherwise the last number anywhere in the reply.
+    Numbers are ASCII digits ("7", "07", "7.", "7,", "**7**", "7 loops") or the
+    words zero..twenty (any case; "twenty-one".."twenty-nine" too). A number
+    glued to letters ("7th", "2D") or followed by "%" is skipped, and so is
+    "one" used as a pronoun: followed by of/another/by, or after a determiner
+    and up to three words ("the small red one"), unless "loop(s)" follows.
+    The number chosen by 1 or 2 gives None, without falling back to an
+    earlier one, when it is:
+      - one of two different numbers joined by or / to / - / – / ~ / "/"
+        ("7 or 8", "7-8", "either 6 or 7", "7 (or possibly 8)"), or by "and"
+        after "between" ("between 7 and 8");
+      - a bound: "at least 7", "more than 6", "7+", "7 or more";
+      - negative ("-3") or fractional ("7.5"; "7.0" counts as 7).
+
+    >>> extract_answer("There are 5 ... no, 7 loops.")
+    7
+    >>> extract_answer("**Answer:** 7. I traced each loop: 1 2 3")
+    7
+    >>> extract_answer("The image contains eleven distinct closed loops.")
+    11
+    >>> extract_answer("The answer is 7 or 8.") is None
+    True
+    """
+    text = _LATEX_TEXT.sub(r"\1", _THINK_END.split(response)[-1])
+    numbers = _find_numbers(text)
+    starts = [number.start for number in numbers]
+    for _, start, end in reversed(_marker_clauses(text)):
+        i = bisect.bisect_left(starts, start)  # first number at or after the clause start
+        if i < len(numbers) and numbers[i].end <= end:
+            return _committed_value(text, numbers, i)
+    if not numbers:
+        return None
+    return _committed_value(text, numbers, len(numbers) - 1)
+
+
+def score_answer(response: str, answer: int) -> float:
+    """1.0 when the reply commits to exactly `answer` (see extract_answer), else 0.0.
+
+    >>> score_answer("I count ten loops.", 10)
+    1.0
+    >>> score_answer("Answer: 10", 1)
+    0.0
+    """
+    return 1.0 if extract_answer(response) == answer else 0.0
+
+
+# ---------------------------------------------------------------------------
+# Grading a predictions file against the annotations
+# ---------------------------------------------------------------------------
+
+def _normalise_image_path(path):
+    # Predictions written on Windows or with a "./" prefix name the same file.
+    return posixpath.normpath(path.replace("\\", "/"))
+
+
+def _wilson_interval(successes, trials, confidence=0.95):
+    """Wilson score interval for a binomial proportion; stays inside [0, 1] even at 0/n and n/n."""
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / trials
+    denominator = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denominator
+    half_width = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
+    # Clamp only the rounding error at 0/n and n/n (centre - half_width ~ -1e-17).
+    return max(0.0, centre - half_width), min(1.0, centre + half_width)
+
+
+def _record_for(prediction, by_image, by_index, where):
+    """The annotation record a prediction names by "image", "index" or both (which must agree)."""
+    if "image" not in prediction and "index" not in prediction:
+        raise ValueError(f"{where}: needs an 'image' or 'index' field")
+    found = []
+    if "image" in prediction:
+        image = prediction["image"]
+        if not isinstance(image, str) or _normalise_image_path(image) not in by_image:
+            raise ValueError(f"{where}: unknown image {image!r}")
+        found.append(by_image[_normalise_image_path(image)])
+    if "index" in prediction:
+        index = prediction["index"]
+        # bool is an int subclass: true must not mean index 1.
+        if isinstance(index, bool) or not isinstance(index, int) or index not in by_index:
+            raise ValueError(f"{where}: unknown index {index!r}")
+        found.append(by_index[index])
+    if found[0] is not found[-1]:
+        raise ValueError(
+            f"{where}: image {prediction['image']!r} and index {prediction['index']!r} name different items"
+        )
+    return found[0]
+
+
+def _read_responses(predictions_path, by_image, by_index):
+    """{record index: response text} from a JSONL predictions file; ValueError names the bad line."""
+    responses = {}
+    first_line = {}
+    # utf-8-sig: editors on Windows prepend a BOM that json.loads rejects.
+    with open(predictions_path, encoding="utf-8-sig") as f:
+        for line_number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{predictions_path} line {line_number}"
+            try:
+                prediction = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{where}: malformed JSON ({err.msg})") from None
+            if not isinstance(prediction, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(prediction).__name__}")
+            record = _record_for(prediction, by_image, by_index, where)
+            if "response" not in prediction:
+                raise ValueError(f"{where}: missing 'response'")
+            if not isinstance(prediction["response"], str):
+                raise ValueError(f"{where}: 'response' must be a string, got {prediction['response']!r}")
+            if record["index"] in responses:
+                raise ValueError(
+                    f"{where}: duplicate prediction for {record['image']!r} "
+                    f"(first given on line {first_line[record['index']]})"
+                )
+            responses[record["index"]] = prediction["response"]
+            first_line[record["index"]] = line_number
+    return responses
+
+
+def evaluate_predictions(records: list, predictions_path: str) -> dict:
+    """Grade a JSONL predictions file against the annotation records.
+
+    Each non-blank line is {"image": <path as in the annotations>, "response":
+    <raw model text>}; "index" may stand for "image". A ValueError naming the
+    1-based line is raised for malformed JSON, a missing or non-string
+    response, an unknown image or index, and a second prediction for an item.
+    Items without a prediction count as wrong and are listed under "missing".
+
+    Returned keys: n_items, n_predicted, n_missing, missing (image paths),
+    n_correct, accuracy and accuracy_ci95 (Wilson, over all items),
+    per_n {answer: {n_items, n_correct, accuracy}}, n_unparsed (responses with
+    no committed integer), n_parsed, and over the parsed responses:
+    mean_abs_error, off_by_one (share with |error| == 1), n_over, n_under;
+    mean_abs_error and off_by_one are None when nothing parsed.
+
+    >>> import tempfile, os
+    >>> records = [{"image": "images/a.png", "index": 0, "answer": 7},
+    ...            {"image": "images/b.png", "index": 1, "answer": 5}]
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+    ...     _ = f.write('{"image": "images/a.png", "response": "Answer: 7"}\\n')
+    >>> report = evaluate_predictions(records, f.name); os.remove(f.name)
+    >>> report["accuracy"], report["missing"]
+    (0.5, ['images/b.png'])
+    """
+    if not records:
+        raise ValueError("no annotation records to evaluate against")
+    by_image, by_index = {}, {}
+    for record in records:
+        image = _normalise_image_path(record["image"])
+        if image in by_image or record["index"] in by_index:
+            raise ValueError(f"annotation records repeat image {record['image']!r} or index {record['index']!r}")
+        by_image[image] = record
+        by_index[record["index"]] = record
+    responses = _read_responses(predictions_path, by_image, by_index)
+
+    per_n = defaultdict(lambda: {"n_items": 0, "n_correct": 0})
+    missing, errors = [], []  # errors: predicted - true, parsed responses only
+    n_correct = n_unparsed = 0
+    for record in records:
+        truth = record["answer"]
+        per_n[truth]["n_items"] += 1
+        if record["index"] not in responses:
+            missing.append(record["image"])
+            continue
+        predicted = extract_answer(responses[record["index"]])
+        if predicted is None:
+            n_unparsed += 1
+            continue
+        errors.append(predicted - truth)
+        if predicted == truth:
+            n_correct += 1
+            per_n[truth]["n_correct"] += 1
+
+    n_items = len(records)
+    low, high = _wilson_interval(n_correct, n_items)
+    return {
+        "n_items": n_items,
+        "n_predicted": len(responses),
+        "n_missing": len(missing),
+        "missing": missing,
+        "n_correct": n_correct,
+        "accuracy": n_correct / n_items,
+        "accuracy_ci95": [low, high],
+        "per_n": {
+            n: {**counts, "accuracy": counts["n_correct"] / counts["n_items"]}
+            for n, counts in sorted(per_n.items())
+        },
+        "n_unparsed": n_unparsed,
+        "n_parsed": len(errors),
+        "mean_abs_error": sum(abs(e) for e in errors) / len(errors) if errors else None,
+        "off_by_one": sum(abs(e) == 1 for e in errors) / len(errors) if errors else None,
+        "n_over": sum(e > 0 for e in errors),
+        "n_under": sum(e < 0 for e in errors),
+    }
+
+
+def format_report(report: dict) -> str:
+    """A plain-text summary table of an evaluate_predictions report.
+
+    >>> print(format_report({"n_items": 2, "n_predicted": 2, "n_missing": 0, "missing": [],
+    ...     "n_correct": 1, "accuracy": 0.5, "accuracy_ci95": [0.0945, 0.9055],
+    ...     "per_n": {5: {"n_items": 1, "n_correct": 1, "accuracy": 1.0},
+    ...               7: {"n_items": 1, "n_correct": 0, "accuracy": 0.0}},
+    ...     "n_unparsed": 0, "n_parsed": 2, "mean_abs_error": 0.5, "off_by_one": 0.5,
+    ...     "n_over": 1, "n_under": 0}))
+    items                2
+    predicted            2
+    missing              0
+    unparsable           0
+    accuracy         0.500  (95% CI 0.095-0.905)
+    mean abs error   0.500  (over 2 parsed)
+    off by one       0.500  (share of parsed)
+    over / under     1 / 0
+    <BLANKLINE>
+      N  items  correct  accuracy
+      5      1        1     1.000
+      7      1        0     0.000
+    """
+    def share(value):
+        return "n/a" if value is None else f"{value:.3f}"
+
+    low, high = report["accuracy_ci95"]
+    over_under = f"{report['n_over']} / {report['n_under']}"
+    lines = [
+        f"{'items':<15}{report['n_items']:>7}",
+        f"{'predicted':<15}{report['n_predicted']:>7}",
+        f"{'missing':<15}{report['n_missing']:>7}",
+    ]
+    if report["missing"]:
+        shown = ", ".join(report["missing"][:5])
+        more = f", ... {len(report['missing']) - 5} more" if len(report["missing"]) > 5 else ""
+        lines[-1] += f"  ({shown}{more})"
+    lines += [
+        f"{'unparsable':<15}{report['n_unparsed']:>7}",
+        f"{'accuracy':<15}{report['accuracy']:>7.3f}  (95% CI {low:.3f}-{high:.3f})",
+        f"{'mean abs error':<15}{share(report['mean_abs_error']):>7}  (over {report['n_parsed']} parsed)",
+        f"{'off by one':<15}{share(report['off_by_one']):>7}  (share of parsed)",
+        f"{'over / under':<15}{over_under:>7}",
+        "",
+        f"{'N':>3}  {'items':>5}  {'correct':>7}  {'accuracy':>8}",
+    ]
+    for n, row in report["per_n"].items():
+        lines.append(f"{n:>3}  {row['n_items']:>5}  {row['n_correct']:>7}  {row['accuracy']:>8.3f}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
 # CLI
 
 
@@ -719,6 +1167,12 @@ def build_parser() -> OneLineParser:
     rules.add_argument("--min-curvature-radius", type=float, default=d.min_curvature_radius, help=f"tightest allowed bend, px (default {d.min_curvature_radius:g})")
     rules.add_argument("--loop-attempts", type=int, default=d.loop_attempts, help=f"redraws of one loop before the sample restarts (default {d.loop_attempts})")
     rules.add_argument("--sample-restarts", type=int, default=d.sample_restarts, help=f"restarts before a sample fails (default {d.sample_restarts})")
+    grade = p.add_argument_group("evaluate model answers (instead of generating)")
+    grade.add_argument("--evaluate", type=Path, metavar="PREDICTIONS.jsonl",
+                       help='score a JSONL file of {"image": ..., "response": ...} lines and print a report')
+    grade.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parent,
+                       help="dataset folder holding annotations.jsonl (default: the folder holding creation.py)")
+    grade.add_argument("--json", action="store_true", help="with --evaluate: print the report as one JSON document")
     return p
 
 
@@ -726,9 +1180,29 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
 
 
+def load_records(dataset_dir: Path) -> list[dict]:
+    path = dataset_dir / ANNOTATIONS_FILE
+    if not path.is_file():
+        raise ValueError(f"no {ANNOTATIONS_FILE} in {dataset_dir}: generate the dataset or pass --dataset")
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def run_evaluation(predictions: Path, dataset_dir: Path, as_json: bool) -> int:
+    """Print the grading report; any bad line stops it before a partial report is shown."""
+    try:
+        report = evaluate_predictions(load_records(dataset_dir), str(predictions))
+    except (OSError, ValueError) as error:
+        print(f"creation.py: error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(report, indent=1) if as_json else format_report(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.evaluate is not None:
+        return run_evaluation(args.evaluate, args.dataset, args.json)
     try:
         cfg = config_from_args(args)
     except ValueError as error:

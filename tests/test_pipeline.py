@@ -122,3 +122,34 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, flag
     assert len(result.stderr.strip().splitlines()) == 1
     assert flag in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_evaluate_mode_prints_the_report(tiny_dataset, tmp_path, capsys):
+    records = read_records(tiny_dataset)
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text(
+        json.dumps({"image": records[0]["image"], "response": f"Answer: {records[0]['answer']}"}) + "\n"
+        + json.dumps({"index": 1, "response": "no idea"}) + "\n", encoding="utf-8")
+    assert creation.main(["--evaluate", str(predictions), "--dataset", str(tiny_dataset), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["n_items"], report["n_correct"], report["n_unparsed"], report["n_missing"]) == (6, 1, 1, 4)
+
+
+def test_evaluate_mode_refuses_a_bad_line_without_a_report(tiny_dataset, tmp_path, capsys):
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text('{"index": 0, "response": "7"}\n{"index": 0, "response": "8"}\n', encoding="utf-8")
+    assert creation.main(["--evaluate", str(predictions), "--dataset", str(tiny_dataset)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "line 2" in err
+
+
+def test_annotations_load_with_hugging_face_datasets(tiny_dataset, tmp_path, monkeypatch):
+    import datasets
+    monkeypatch.chdir(tiny_dataset)  # image paths are relative to the dataset folder
+    ds = datasets.load_dataset("json", data_files="annotations.jsonl", split="train", cache_dir=str(tmp_path))
+    assert ds.num_rows == 6 and ds[0]["answer"] == read_records(tiny_dataset)[0]["answer"]
+    ds = ds.cast_column("image", datasets.Image())
+    assert ds[0]["image"].size == (1024, 1024)
+    samples = datasets.load_dataset("json", data_files="data.json", field="samples", split="train",
+                                    cache_dir=str(tmp_path / "doc"))
+    assert samples["index"] == list(range(6))

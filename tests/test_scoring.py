@@ -1,0 +1,488 @@
+"""The answer scorer and the predictions evaluator in creation.py."""
+
+import doctest
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import creation as scoring
+from creation import evaluate_predictions, extract_answer, format_report, score_answer
+
+# ---------------------------------------------------------------------------
+# extract_answer: a table of realistic replies
+# ---------------------------------------------------------------------------
+
+BOXED_REPLY = "\\boxed{7}"
+COT_WITH_LOOP_LABELS = (
+    "Let me trace each loop. Loop 1 starts at the top left and crosses Loop 2 twice. "
+    "Loop 3 ... Loop 7 is the small one at the bottom. So there are 7 loops."
+)
+NUMBERED_LIST = (
+    "Looking at the image, I can identify the following loops:\n"
+    "1. A large loop in the upper left\n2. A loop crossing the centre\n"
+    "3. A thin loop on the right\n4. ...\n5. ...\n6. ...\n7. A small loop at the bottom\n\n"
+    "Total: 7 distinct closed loops."
+)
+MARKDOWN_TABLE = (
+    "| Loop | Location |\n|---|---|\n| 1 | top |\n| 2 | left |\n| 7 | bottom |\n\n**Total: 7**"
+)
+
+CASES = [
+    # --- bare answers
+    ("7", 7),
+    ("7\n", 7),
+    ("  7  ", 7),
+    ("07", 7),
+    ("7.", 7),
+    ("7,", 7),
+    ("7 loops", 7),
+    ("7 loops.", 7),
+    ("**7**", 7),
+    ("*7*", 7),
+    ("`7`", 7),
+    ("$7$", 7),
+    ("(7)", 7),
+    ("#### 7", 7),
+    ("0", 0),
+    ("11", 11),
+    ("共有7个环", 7),
+    # --- number words, any case, inside sentences
+    ("Seven", 7),
+    ("seven", 7),
+    ("SEVEN", 7),
+    ("Seven.", 7),
+    ("eleven loops", 11),
+    ("Eleven.", 11),
+    ("There are Nine distinct loops.", 9),
+    ("The image contains seven distinct closed loops.", 7),
+    ("I count twelve loops in total.", 12),
+    ("zero", 0),
+    ("twenty", 20),
+    ("twenty-one", 21),
+    ("twenty one loops", 21),
+    ("I often see ten loops", 10),  # "often" holds "ten" but is not a number
+    ("The seventh loop closes the tangle. Total 7.", 7),  # ordinal word is no count
+    ("Someone might see eight loops.", 8),
+    # --- "one": a count only where a count is meant
+    ("One", 1),
+    ("one loop", 1),
+    ("The image has one loop.", 1),
+    ("There is only one", 1),
+    ("Answer: one", 1),
+    ("There are 7 loops, including the small red one.", 7),
+    ("There are 7 loops (6 if the small one is part of the big one).", 6),
+    ("I counted the loops one by one: 9 in total", 9),
+    ("There are 8 loops; one of them is tiny.", 8),
+    ("7 loops. Which one is biggest? The one on the left.", 7),
+    ("The red one", None),
+    # --- explicit markers
+    ("Answer: 7", 7),
+    ("answer: 7", 7),
+    ("ANSWER: 7", 7),
+    ("Answer:7", 7),
+    ("Answer = 7", 7),
+    ("Answer is 7", 7),
+    ("The answer is 7.", 7),
+    ("The answer is: 7", 7),
+    ("So my answer would be 9.", 9),
+    ("**Answer:** 7", 7),
+    ("**Answer**: 7", 7),
+    ("**Answer: 7**", 7),
+    ("Answer:\n\n7", 7),
+    ("**Answer:**\n\n**7**", 7),
+    ("final answer: **7**", 7),
+    ("Final Answer: The final answer is 7. I hope it is correct.", 7),
+    ("Answer: Seven", 7),
+    ("The answer is: seven.", 7),
+    ("Answer: There are seven loops.", 7),
+    ("Answer: 07", 7),
+    (BOXED_REPLY, 7),
+    ("The answer is $\\boxed{7}$.", 7),
+    ("Answer: \\boxed{7}", 7),
+    ("\\boxed{\\text{7}}", 7),
+    ("\\boxed{7 \\text{ loops}}", 7),
+    ("<answer>7</answer>", 7),
+    ("<answer>\n7\n</answer>", 7),
+    ("<ANSWER>seven</ANSWER>", 7),
+    ("<answer>There are 7 loops.</answer>", 7),
+    ("I think **7**", 7),
+    ("The count is **7**.", 7),
+    ("So the total is **7 loops**.", 7),
+    # --- the marker wins over later numbers
+    ("Answer: 7. I traced each loop ...1 2 3", 7),
+    ("Answer: 7\n\nExplanation: Loop 1 crosses Loop 2 at 12 points.", 7),
+    ("Answer: 7\nConfidence: 60%", 7),
+    ("Answer: 7 (Loops 1-7)", 7),
+    ("Answer: 7, because loops 1 to 7 are each closed.", 7),
+    ("answer: 7; loops 3 and 5 interlock", 7),
+    ("Answer: 7 closed loops, namely loops 1-7", 7),
+    ("Answer: 7\n\n**Loop 3**", 7),  # a bold label at the end is not a verdict
+    # --- several markers: the last one holding a number
+    ("Answer: 5\nWait, I missed two. Answer: 7", 7),
+    ("\\boxed{5} ... on reflection \\boxed{7}", 7),
+    ("Answer: 6\n\nWait, recounting: **7**", 7),
+    ("Answer: 7\n\nI hope this answer is helpful.", 7),
+    ("Answer: 7\n\nThe answer is based on tracing each curve.", 7),
+    ("Answer with a single integer in the form 'Answer: N'.\nThere are 8 loops.", 8),
+    # --- no marker: the last number
+    ("I count 7 loops.", 7),
+    ("There are 5 ... no, 7 loops", 7),
+    ("I count 6 loops. Wait, let me recount... Actually there are 7 loops.", 7),
+    ("7 loops? No wait, 8.", 8),
+    ("After careful tracing, I believe there are 8 closed loops in total.", 8),
+    (COT_WITH_LOOP_LABELS, 7),
+    (NUMBERED_LIST, 7),
+    (MARKDOWN_TABLE, 7),
+    ("To answer this, I count the loops: there are 9.", 9),
+    ("The answer isn't obvious, but I count 8.", 8),
+    ("There are 7 loops, 100% sure.", 7),  # a percentage is never the count
+    ("I see 2D curves; 7 loops", 7),  # "2D" is not a number
+    ("The 3rd loop is the largest; 7 in total.", 7),
+    ("About 7 loops.", 7),
+    ("approximately 7", 7),
+    ("~7", 7),
+    ("7 or seven", 7),  # the same number twice is no hedge
+    ("7 (seven)", 7),
+    ("Total -> 7", 7),
+    ("> 7", 7),  # markdown quote, not "more than"
+    # --- reasoning blocks: only the text after </think> is the reply
+    ("<think>answer is 5</think> 7", 7),
+    ("<think>I see 5 loops... the answer is 5</think>\nAnswer: 7", 7),
+    ("the draft says 5</thinking>There are 8 loops.", 8),
+    ("Reasoning about 7 loops </think>", None),
+    # --- two candidates or a range: no commitment
+    ("The answer is 7 or 8", None),
+    ("Answer: 7 or 8. I lean towards 7.", None),
+    ("7-8", None),
+    ("7 - 8", None),
+    ("Answer: 7–8", None),
+    ("7 to 8 loops", None),
+    ("between 7 and 8", None),
+    ("Between 7 and 8 loops.", None),
+    ("somewhere between seven and eight", None),
+    ("either 6 or 7", None),
+    ("It's either 6 or 7.", None),
+    ("7/8", None),
+    ("Answer: 7 (or possibly 8)", None),
+    ("**7** or **8**", None),
+    ("\\boxed{7 \\text{ or } 8}", None),
+    ("There might be 7 or 8 loops.", None),
+    ("at least 7", None),
+    ("At least 7 loops", None),
+    ("more than 6 loops", None),
+    ("Answer: > 6", None),
+    ("7+", None),
+    ("7 or more", None),
+    # --- not an integer count
+    ("7.5", None),
+    ("Answer: 7.5", None),
+    ("answer: 7.0", 7),
+    ("-7", None),
+    ("Answer: -3", None),
+    ("Answer: −7", None),  # U+2212 minus sign
+    ("7th loop", None),
+    ("", None),
+    ("   ", None),
+    ("I cannot determine the number of loops.", None),
+    ("Many loops.", None),
+    ("N/A", None),
+    ("Answer: N", None),
+    ("The answer is unclear.", None),
+]
+
+
+@pytest.mark.parametrize("response, expected", CASES)
+def test_extract_answer(response, expected):
+    assert extract_answer(response) == expected
+
+
+def test_case_table_has_no_duplicate_inputs():
+    responses = [response for response, _ in CASES]
+    assert len(responses) == len(set(responses))
+
+
+@pytest.mark.parametrize(
+    "response, answer, score",
+    [
+        ("Answer: 7", 7, 1.0),
+        ("Answer: 7", 8, 0.0),
+        ("Answer: 10", 1, 0.0),  # "1" is a substring of "10"
+        ("1", 10, 0.0),
+        ("Answer: 11", 1, 0.0),
+        ("There are 5 ... no, 7 loops", 5, 0.0),  # not the first number
+        ("There are 5 ... no, 7 loops", 7, 1.0),
+        ("The image contains seven distinct closed loops.", 7, 1.0),
+        ("The answer is 7 or 8", 7, 0.0),
+        ("The answer is 7 or 8", 8, 0.0),
+        ("7-8", 8, 0.0),
+        ("", 7, 0.0),
+    ],
+)
+def test_score_answer(response, answer, score):
+    assert score_answer(response, answer) == score
+
+
+# ---------------------------------------------------------------------------
+# extract_answer: properties
+# ---------------------------------------------------------------------------
+
+# Filler with digits and punctuation but no markers ("<", "*", "\", "answer"
+# cannot be spelled without "w"), so the reply's last marker is the one we add.
+MARKERLESS_TEXT = st.text(alphabet="abcdeilnorstuy 0123456789.,:\n-", max_size=80)
+# Filler with neither digits nor number words (no vowels, so no "one", "ten").
+NUMBERLESS_TEXT = st.text(alphabet="bcdfghklmprst ,;:\n", max_size=60)
+WORDS = {value: word for word, value in scoring._NUMBER_WORDS.items()}
+
+
+@settings(deadline=None)
+@given(st.text(max_size=300))
+def test_extract_answer_never_fails_and_gives_a_count(response):
+    value = extract_answer(response)
+    assert value is None or (isinstance(value, int) and value >= 0)
+
+
+@settings(deadline=None)
+@given(MARKERLESS_TEXT, st.integers(0, 1000))
+def test_the_final_marker_wins_over_any_reasoning(reasoning, n):
+    assert extract_answer(f"{reasoning}\nAnswer: {n}") == n
+
+
+@settings(deadline=None)
+@given(MARKERLESS_TEXT, st.integers(0, 20))
+def test_a_final_marker_accepts_number_words(reasoning, n):
+    assert extract_answer(f"{reasoning}\nAnswer: {WORDS[n].capitalize()}.") == n
+
+
+@settings(deadline=None)
+@given(NUMBERLESS_TEXT, NUMBERLESS_TEXT, st.integers(0, 1000))
+def test_a_lone_number_is_the_answer(before, after, n):
+    assert extract_answer(f"{before} {n} {after}") == n
+
+
+@settings(deadline=None)
+@given(st.integers(0, 200), st.integers(0, 200))
+def test_a_bare_number_scores_only_its_own_value(n, answer):
+    # Guards against substring matching ("1" in "10") and first-digit parsing.
+    assert score_answer(str(n), answer) == (1.0 if n == answer else 0.0)
+
+
+@settings(deadline=None)
+@given(
+    st.integers(0, 100),
+    st.integers(0, 100),
+    st.sampled_from(["{a} or {b}", "{a}-{b}", "between {a} and {b}", "either {a} or {b}", "Answer: {a} to {b}"]),
+)
+def test_two_different_numbers_are_no_answer(a, b, template):
+    value = extract_answer(template.format(a=a, b=b))
+    assert value == (a if a == b else None)
+
+
+def test_docstring_examples():
+    finder, runner = doctest.DocTestFinder(), doctest.DocTestRunner()
+    for function in (extract_answer, score_answer, evaluate_predictions, format_report):
+        for test in finder.find(function, globs=vars(scoring)):
+            runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+
+
+# ---------------------------------------------------------------------------
+# evaluate_predictions
+# ---------------------------------------------------------------------------
+
+RECORDS = [
+    {"image": "images/tangled_loops_00000.png", "index": 0, "answer": 5},
+    {"image": "images/tangled_loops_00001.png", "index": 1, "answer": 5},
+    {"image": "images/tangled_loops_00002.png", "index": 2, "answer": 7},
+    {"image": "images/tangled_loops_00003.png", "index": 3, "answer": 7},
+    {"image": "images/tangled_loops_00004.png", "index": 4, "answer": 9},
+    {"image": "images/tangled_loops_00005.png", "index": 5, "answer": 11},
+]
+
+
+def write_lines(tmp_path, lines):
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return str(path)
+
+
+def prediction(response, image=None, index=None):
+    item = {"image": image} if image is not None else {"index": index}
+    return json.dumps({**item, "response": response})
+
+
+@pytest.fixture
+def mixed_predictions(tmp_path):
+    """Right, over by one, right (word), unparsable, under by two; item 5 missing."""
+    return write_lines(tmp_path, [
+        prediction("Answer: 5", image="images/tangled_loops_00000.png"),
+        "",
+        prediction("I count 6 loops.", index=1),
+        prediction("seven", image="images/tangled_loops_00002.png"),
+        prediction("I can't tell.", image="images/tangled_loops_00003.png"),
+        "   ",
+        prediction("Answer: 7", index=4),
+    ])
+
+
+def test_evaluate_counts_checked_by_hand(mixed_predictions):
+    report = evaluate_predictions(RECORDS, mixed_predictions)
+    assert report["n_items"] == 6
+    assert report["n_predicted"] == 5
+    assert report["n_missing"] == 1
+    assert report["missing"] == ["images/tangled_loops_00005.png"]
+    assert report["n_correct"] == 2
+    assert report["accuracy"] == pytest.approx(2 / 6)
+    assert report["n_unparsed"] == 1
+    assert report["n_parsed"] == 4
+    # Parsed errors (predicted - true): 0, +1, 0, -2.
+    assert report["mean_abs_error"] == pytest.approx(3 / 4)
+    assert report["off_by_one"] == pytest.approx(1 / 4)
+    assert (report["n_over"], report["n_under"]) == (1, 1)
+    assert report["per_n"] == {
+        5: {"n_items": 2, "n_correct": 1, "accuracy": 0.5},
+        7: {"n_items": 2, "n_correct": 1, "accuracy": 0.5},
+        9: {"n_items": 1, "n_correct": 0, "accuracy": 0.0},
+        11: {"n_items": 1, "n_correct": 0, "accuracy": 0.0},
+    }
+    # Wilson interval for 2/6 at 95%, from the closed form.
+    assert report["accuracy_ci95"] == pytest.approx([0.0968, 0.7000], abs=1e-4)
+
+
+def test_report_is_json_serialisable(mixed_predictions):
+    json.dumps(evaluate_predictions(RECORDS, mixed_predictions))
+
+
+def test_all_right(tmp_path):
+    path = write_lines(tmp_path, [prediction(f"Answer: {r['answer']}", index=r["index"]) for r in RECORDS])
+    report = evaluate_predictions(RECORDS, path)
+    assert report["accuracy"] == 1.0
+    assert report["mean_abs_error"] == 0.0
+    assert report["off_by_one"] == 0.0
+    assert report["accuracy_ci95"][1] == 1.0
+    assert report["accuracy_ci95"][0] == pytest.approx(0.6097, abs=1e-4)
+
+
+def test_all_wrong_and_unparsable(tmp_path):
+    path = write_lines(tmp_path, [prediction("no idea", index=r["index"]) for r in RECORDS])
+    report = evaluate_predictions(RECORDS, path)
+    assert report["accuracy"] == 0.0
+    assert report["accuracy_ci95"] == pytest.approx([0.0, 0.3903], abs=1e-4)
+    assert report["n_unparsed"] == 6
+    assert report["mean_abs_error"] is None and report["off_by_one"] is None
+    assert (report["n_over"], report["n_under"]) == (0, 0)
+
+
+def test_empty_file_reports_everything_missing(tmp_path):
+    report = evaluate_predictions(RECORDS, write_lines(tmp_path, []))
+    assert report["n_predicted"] == 0
+    assert report["n_missing"] == 6
+    assert report["accuracy"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "successes, trials, low, high",
+    # Reference values of the Wilson score interval at 95%.
+    [(7, 10, 0.3968, 0.8922), (0, 10, 0.0, 0.2775), (10, 10, 0.7225, 1.0), (50, 100, 0.4038, 0.5962)],
+)
+def test_wilson_interval(successes, trials, low, high):
+    assert scoring._wilson_interval(successes, trials) == pytest.approx((low, high), abs=1e-4)
+
+
+def test_image_paths_are_normalised(tmp_path):
+    path = write_lines(tmp_path, [
+        prediction("5", image="./images/tangled_loops_00000.png"),
+        prediction("5", image="images\\tangled_loops_00001.png"),
+    ])
+    assert evaluate_predictions(RECORDS, path)["n_correct"] == 2
+
+
+def test_image_and_index_may_both_be_given(tmp_path):
+    line = json.dumps({"image": "images/tangled_loops_00000.png", "index": 0, "response": "5"})
+    assert evaluate_predictions(RECORDS, write_lines(tmp_path, [line]))["n_correct"] == 1
+
+
+def test_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "predictions.jsonl"
+    path.write_text(prediction("5", index=0) + "\n", encoding="utf-8-sig")
+    assert evaluate_predictions(RECORDS, str(path))["n_correct"] == 1
+
+
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (["", "", '{"index": 0, "response": "5"'], r"line 3: malformed JSON"),
+        ([prediction("5", index=0), "not json"], r"line 2: malformed JSON"),
+        (['[0, "5"]'], r"line 1: expected a JSON object"),
+        (['{"index": 0}'], r"line 1: missing 'response'"),
+        (['{"index": 0, "answer": "5"}'], r"line 1: missing 'response'"),
+        (['{"index": 0, "response": null}'], r"line 1: 'response' must be a string"),
+        (['{"index": 0, "response": 5}'], r"line 1: 'response' must be a string"),
+        (['{"response": "5"}'], r"line 1: needs an 'image' or 'index' field"),
+        ([prediction("5", image="images/tangled_loops_00099.png")], r"line 1: unknown image"),
+        ([prediction("5", image="tangled_loops_00000.png")], r"line 1: unknown image"),
+        ([prediction("5", index=99)], r"line 1: unknown index 99"),
+        ([prediction("5", index="0")], r"line 1: unknown index '0'"),
+        (['{"index": true, "response": "5"}'], r"line 1: unknown index True"),
+        (
+            ['{"image": "images/tangled_loops_00000.png", "index": 1, "response": "5"}'],
+            r"line 1: image .* and index 1 name different items",
+        ),
+        (
+            [prediction("5", index=0), "", prediction("6", image="images/tangled_loops_00000.png")],
+            r"line 3: duplicate prediction for 'images/tangled_loops_00000.png' \(first given on line 1\)",
+        ),
+        (
+            [prediction("5", index=2), prediction("5", index=2)],
+            r"line 2: duplicate prediction",
+        ),
+    ],
+)
+def test_bad_prediction_lines_raise(tmp_path, lines, message):
+    path = write_lines(tmp_path, lines)
+    with pytest.raises(ValueError, match=message):
+        evaluate_predictions(RECORDS, path)
+
+
+def test_error_names_the_file(tmp_path):
+    path = write_lines(tmp_path, ["{"])
+    with pytest.raises(ValueError, match="predictions.jsonl line 1"):
+        evaluate_predictions(RECORDS, path)
+
+
+def test_bad_records_raise(tmp_path):
+    path = write_lines(tmp_path, [])
+    with pytest.raises(ValueError, match="no annotation records"):
+        evaluate_predictions([], path)
+    with pytest.raises(ValueError, match="repeat"):
+        evaluate_predictions(RECORDS + [dict(RECORDS[0], index=9)], path)
+
+
+# ---------------------------------------------------------------------------
+# format_report
+# ---------------------------------------------------------------------------
+
+def test_format_report_shows_the_figures(mixed_predictions):
+    text = format_report(evaluate_predictions(RECORDS, mixed_predictions))
+    lines = text.splitlines()
+    assert lines[0].split() == ["items", "6"]
+    assert "missing              1  (images/tangled_loops_00005.png)" in lines
+    assert "accuracy         0.333  (95% CI 0.097-0.700)" in lines
+    assert "mean abs error   0.750  (over 4 parsed)" in lines
+    assert "off by one       0.250  (share of parsed)" in lines
+    assert "over / under     1 / 1" in lines
+    assert "  5      2        1     0.500" in lines
+    assert " 11      1        0     0.000" in lines
+
+
+def test_format_report_shortens_a_long_missing_list(tmp_path):
+    text = format_report(evaluate_predictions(RECORDS, write_lines(tmp_path, [])))
+    assert "... 1 more)" in text
+    assert "tangled_loops_00005.png" not in text
+    assert "n/a" in text  # nothing parsed: no error figures
+
+
+def test_format_report_accepts_a_json_round_trip(mixed_predictions):
+    report = json.loads(json.dumps(evaluate_predictions(RECORDS, mixed_predictions)))
+    assert " 11      1        0     0.000" in format_report(report)
