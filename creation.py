@@ -29,6 +29,7 @@ import math
 import os
 import posixpath
 import re
+import signal
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ NOISE_SIGMA_TONE = 3.0  # std of per-pixel canvas noise, tone levels
 INK_RGB = (32, 34, 40)
 PAPER_RGB = (243, 239, 228)
 DENSE_SPACING_PX = 0.5  # spacing of the points a stroke's distance field is measured to
+ANSWER_DISTRIBUTIONS = ("balanced", "uniform")
+ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
 
 # ---------------------------------------------------------------------------
@@ -80,6 +83,7 @@ class Config:
     seed: int = 0  # run seed; sample i draws from SeedSequence(seed, spawn_key=(i,))
     min_loops: int = 5  # fewest loops in one image
     max_loops: int = 11  # most loops in one image
+    answers: str = "balanced"  # "balanced": counts equally often; "uniform": independent draws
     size: int = 1024  # canvas side, px
     interior_margin: float = 55.0  # px along every edge that no loop enters
     min_radius: float = 150.0  # px, smallest mean radius of a loop's waypoint ring
@@ -107,6 +111,8 @@ class Config:
             value = getattr(self, field.name)
             if isinstance(value, float) and not np.isfinite(value):
                 raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
+        if self.answers not in ANSWER_DISTRIBUTIONS:
+            raise ValueError(f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}")
         if self.seed < 0:
             raise ValueError(f"--seed must be non-negative, got {self.seed}")
         if self.min_waypoints < 4:
@@ -478,15 +484,32 @@ class PlacementError(RuntimeError):
     pass
 
 
-def sample_tangle(cfg: Config, rng: np.random.Generator, index: int) -> tuple[Tangle, Counter]:
-    """Place loops one at a time, redrawing only the loop that breaks a rule.
+def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
+    """The answer for sample `index`, fixed before any loop is drawn or rejected.
 
-    The loop count is drawn once, before any rejection, so rejection cannot
-    skew the answer distribution. A loop that cannot be placed within
-    cfg.loop_attempts redraws restarts the sample from an empty canvas.
-    Returns the tangle and how many redraws each rule caused.
+    "balanced": each block of K consecutive indices (K possible counts) holds
+    every count once, in an order drawn from the run seed and the block number
+    alone. Any shard computes the same count for the same index, and in any
+    prefix of the dataset each count is within one of an equal share.
+    "uniform": an independent draw from the sample's own stream, as in the
+    original task description.
     """
-    num_loops = int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
+    if cfg.answers == "uniform":
+        return int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
+    counts = np.arange(cfg.min_loops, cfg.max_loops + 1)
+    block, slot = divmod(index, len(counts))
+    # A two-element spawn key can never equal a sample's one-element key.
+    block_rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(ANSWER_STREAM, block)))
+    return int(block_rng.permutation(counts)[slot])
+
+
+def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
+    """Place num_loops loops one at a time, redrawing only the loop that breaks a rule.
+
+    A loop that cannot be placed within cfg.loop_attempts redraws restarts the
+    sample from an empty canvas; the count itself never changes, so rejection
+    cannot skew the answers. Returns the tangle and how many redraws each rule caused.
+    """
     redraws: Counter = Counter()
     for _ in range(cfg.sample_restarts):
         tangle = Tangle.empty()
@@ -601,7 +624,7 @@ def image_name(index: int, n: int) -> str:
 def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
     """The image, its annotation record and its geometry for sample `index`."""
     rng = sample_rng(cfg, index)
-    tangle, redraws = sample_tangle(cfg, rng, index)
+    tangle, redraws = sample_tangle(cfg, rng, loop_count(cfg, index, rng), index)
     image = render_loops(tangle.loops, cfg, rng)
     crossings = tangle.crossings
     record = {
@@ -623,7 +646,32 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 
 
 # ---------------------------------------------------------------------------
-# Writing
+# Writing: atomic files, resumable runs, shards
+
+
+class DatasetError(RuntimeError):
+    """The output folder cannot take this run as asked (foreign dataset, broken shards)."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard k of m takes every m-th index from k, so each shard gets a mix of counts."""
+
+    k: int
+    m: int
+
+    def indices(self, n: int) -> range:
+        return range(self.k, n, self.m)
+
+    @property
+    def tag(self) -> str:
+        return f"{self.k:05d}-of-{self.m:05d}"
+
+
+WHOLE_RUN = Shard(0, 1)
+SHARDS_DIR = "shards"
+IMAGE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.png$")
+TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.tmp\d+$")
 
 
 def write_atomic(path: Path, write) -> None:
@@ -640,12 +688,161 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
 
 
-def generate_and_write(job: tuple[Config, int, str]) -> dict:
-    """Worker: make one sample, write its PNG, return its record."""
-    cfg, index, out_dir = job
+def identity(cfg: Config) -> dict:
+    """What makes two runs the same dataset: same generator, same config."""
+    return {"generator_version": GENERATOR_VERSION, "config": dataclasses.asdict(cfg)}
+
+
+def journal_path(out_dir: Path, shard: Shard) -> Path:
+    """Records of finished samples, appended as they come, so an interrupted run can resume."""
+    return out_dir / (".progress.jsonl" if shard == WHOLE_RUN else f".progress-{shard.tag}.jsonl")
+
+
+def shard_path(out_dir: Path, shard: Shard) -> Path:
+    return out_dir / SHARDS_DIR / f"shard-{shard.tag}.jsonl"
+
+
+def read_headed_jsonl(path: Path) -> tuple[dict | None, list[dict]]:
+    """A header line and records; lines cut short by a crash are skipped, not fatal."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return (rows[0] if rows else None), rows[1:]
+
+
+def generator_files(out_dir: Path) -> list[Path]:
+    """Dataset-level files of this generator in the folder (images aside)."""
+    found = [out_dir / DATA_FILE] if (out_dir / DATA_FILE).is_file() else []
+    found += sorted(out_dir.glob(".progress*.jsonl"))
+    return found + sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
+
+
+def file_identity(path: Path) -> dict | None:
+    try:
+        if path.name == DATA_FILE:
+            document = json.loads(path.read_text(encoding="utf-8"))
+            return {"generator_version": document.get("generator_version"), "config": document.get("config")}
+        header, _ = read_headed_jsonl(path)
+        return header and {"generator_version": header.get("generator_version"), "config": header.get("config")}
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def records_on_disk(path: Path) -> list[dict]:
+    try:
+        if path.name == DATA_FILE:
+            return json.loads(path.read_text(encoding="utf-8"))["samples"]
+        return read_headed_jsonl(path)[1]
+    except FileNotFoundError:  # a concurrent merge consumed it
+        return []
+
+
+def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) -> dict[int, dict]:
+    """Records this dataset already has on disk, by index; refuses a folder holding another dataset.
+
+    Reads finished files and this run's own journal; other shards' journals
+    are only checked for belonging to the same dataset, since they may be
+    growing right now. With overwrite, the other dataset's files are removed
+    instead, together with any of its images that this dataset will not rewrite.
+    """
+    mine, foreign = [], []
+    for path in generator_files(out_dir):
+        found = file_identity(path)
+        if found is None:
+            if path == journal:
+                path.unlink()  # killed before its first line was written
+            continue
+        if found != identity(cfg):
+            foreign.append(path)
+        elif path == journal or not path.name.startswith(".progress"):
+            mine.append(path)
+    if foreign and not overwrite:
+        raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
+                           "choose another --out or pass --overwrite to replace it")
+    if foreign:
+        for path in foreign:
+            path.unlink()
+        (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
+        remove_stale_images(out_dir, cfg.n)
+    known = {}
+    for path in mine:
+        for record in records_on_disk(path):
+            if isinstance(record, dict) and isinstance(record.get("index"), int):
+                known[record["index"]] = record
+    return known
+
+
+def remove_stale_images(out_dir: Path, n: int) -> None:
+    """Delete this generator's images whose names the new dataset does not use."""
+    keep = {Path(image_name(i, n)).name for i in range(n)}
+    images = out_dir / IMAGES_DIR
+    if images.is_dir():
+        for entry in os.scandir(images):
+            if IMAGE_NAME_RE.match(entry.name) and entry.name not in keep:
+                os.unlink(entry.path)
+
+
+def remove_temporaries(out_dir: Path, owned: set[str]) -> None:
+    """Delete temporaries a killed run left behind, only for files this run writes.
+
+    Another shard may be writing its own temporaries into the same folder
+    right now, so nothing outside `owned` is touched.
+    """
+    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SHARDS_DIR):
+        if not folder.is_dir():
+            continue
+        for entry in os.scandir(folder):
+            match = TEMPORARY_RE.match(entry.name)
+            if match and match["name"] in owned:
+                os.unlink(entry.path)
+
+
+def image_matches(path: Path, sha256: str) -> bool:
+    try:
+        with Image.open(path) as image:
+            return pixel_sha256(image) == sha256
+    except (OSError, SyntaxError, ValueError):  # missing, truncated or not a PNG
+        return False
+
+
+def produce_sample(job: tuple[Config, int, str, dict | None]) -> dict:
+    """Worker: keep an image that already matches its record, else make and write it."""
+    cfg, index, out_dir, expected = job
+    path = Path(out_dir) / image_name(index, cfg.n)
+    if expected is not None and image_matches(path, expected["pixel_sha256"]):
+        return expected
     image, record, _ = make_sample(cfg, index)
-    write_atomic(Path(out_dir) / record["image"], lambda tmp: image.save(tmp, format="PNG"))
+    write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
     return record
+
+
+def check_image(job: tuple[Config, int, str, dict]) -> bool:
+    """Worker: whether a record's image is on disk with the recorded pixels."""
+    cfg, index, out_dir, record = job
+    return image_matches(Path(out_dir) / record["image"], record["pixel_sha256"])
+
+
+def ignore_interrupts() -> None:
+    # Ctrl-C reaches the whole process group; the parent alone handles it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def run_jobs(function, jobs: list, workers: int, quiet: bool, label: str):
+    """Yield function(job) for every job in order, on a pool unless workers == 1."""
+    with tqdm(total=len(jobs), desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
+        if workers == 1:
+            for job in jobs:
+                yield function(job)
+                progress.update()
+            return
+        with Pool(workers, initializer=ignore_interrupts) as pool:
+            # imap keeps job order, so the output does not depend on the worker count.
+            for result in pool.imap(function, jobs, chunksize=1):
+                yield result
+                progress.update()
 
 
 def canonical_command(cfg: Config) -> str:
@@ -672,28 +869,94 @@ def dataset_document(cfg: Config, records: list[dict]) -> dict:
     }
 
 
-def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> list[dict]:
-    """Write every image, then annotations.jsonl and data.json; returns the records in index order."""
-    (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
-    jobs = [(cfg, index, str(out_dir)) for index in range(cfg.n)]
-    progress = tqdm(total=cfg.n, desc=TASK_NAME, unit="img", disable=quiet, file=sys.stderr)
-    records = []
-    if workers == 1:
-        for job in jobs:
-            records.append(generate_and_write(job))
-            progress.update()
-    else:
-        with Pool(workers) as pool:
-            # imap keeps index order, so the output does not depend on the worker count.
-            for record in pool.imap(generate_and_write, jobs, chunksize=1):
-                records.append(record)
-                progress.update()
-    progress.close()
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    write_text_atomic(out_dir / ANNOTATIONS_FILE, lines)
+def jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def write_dataset_files(cfg: Config, out_dir: Path, records: list[dict]) -> None:
+    """annotations.jsonl and data.json last, so they exist only for a complete dataset."""
+    write_text_atomic(out_dir / ANNOTATIONS_FILE, jsonl(records))
     document = json.dumps(dataset_document(cfg, records), ensure_ascii=False, indent=1) + "\n"
     write_text_atomic(out_dir / DATA_FILE, document)
+
+
+def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False,
+                     shard: Shard = WHOLE_RUN, overwrite: bool = False) -> list[dict]:
+    """Make every sample of a shard (the whole dataset by default), resuming where a run stopped.
+
+    Samples already on disk with their recorded pixels are kept; the rest are
+    made and journalled one by one. A whole run ends by writing
+    annotations.jsonl and data.json, a shard by writing its shard file.
+    Returns the shard's records in index order.
+    """
+    indices = shard.indices(cfg.n)
+    (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
+    journal = journal_path(out_dir, shard)
+    known = known_records(cfg, out_dir, journal, overwrite)
+    owned = {Path(image_name(i, cfg.n)).name for i in indices}
+    owned |= {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE}
+    remove_temporaries(out_dir, owned)
+    jobs = [(cfg, index, str(out_dir), known.get(index)) for index in indices]
+    records = []
+    with open(journal, "a", encoding="utf-8") as log:
+        if log.tell() == 0:
+            log.write(json.dumps(identity(cfg)) + "\n")
+        else:
+            log.write("\n")  # ends a line a crash may have cut short
+        for record in run_jobs(produce_sample, jobs, workers, quiet, TASK_NAME):
+            log.write(json.dumps(record, ensure_ascii=False) + "\n")
+            log.flush()
+            records.append(record)
+    if shard == WHOLE_RUN:
+        write_dataset_files(cfg, out_dir, records)
+        for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
+            path.unlink(missing_ok=True)
+    else:
+        (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
+        header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(records)}
+        write_text_atomic(shard_path(out_dir, shard), jsonl([header, *records]))
+        journal.unlink()
     return records
+
+
+def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> list[dict]:
+    """Check every shard file and image, then write the files a single run would have written."""
+    paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
+    if not paths:
+        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
+    records: dict[int, dict] = {}
+    seen: dict[int, Path] = {}
+    shard_count = None
+    for path in paths:
+        header, rows = read_headed_jsonl(path)
+        if file_identity(path) != identity(cfg):
+            raise DatasetError(f"{path.name} belongs to a different dataset (other seed, n or config)")
+        shard = Shard(header["shard"], header["of"])
+        if shard_count not in (None, shard.m):
+            raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
+        shard_count = shard.m
+        if shard.k in seen:
+            raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {seen[shard.k].name} and {path.name}")
+        seen[shard.k] = path
+        expected = set(shard.indices(cfg.n))
+        indices = [row.get("index") for row in rows]
+        if len(rows) != header.get("num_samples") or set(indices) != expected or len(set(indices)) != len(rows):
+            raise DatasetError(f"{path.name} is incomplete or holds indices of another shard")
+        records.update({row["index"]: row for row in rows})
+    missing = sorted(set(range(shard_count)) - set(seen))
+    if missing:
+        raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
+    ordered = [records[i] for i in range(cfg.n)]
+    jobs = [(cfg, r["index"], str(out_dir), r) for r in ordered]
+    bad = [r["image"] for r, ok in zip(ordered, run_jobs(check_image, jobs, workers, quiet, "checking")) if not ok]
+    if bad:
+        raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, first {bad[0]}")
+    write_dataset_files(cfg, out_dir, ordered)
+    for path in paths:
+        path.unlink()
+    if not any((out_dir / SHARDS_DIR).iterdir()):
+        (out_dir / SHARDS_DIR).rmdir()
+    return ordered
 
 
 # ---------------------------------------------------------------------------
@@ -1134,6 +1397,13 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def parse_shard(text: str) -> Shard:
+    k, slash, m = text.partition("/")
+    if not (slash and k.isdigit() and m.isdigit() and int(k) < int(m)):
+        raise argparse.ArgumentTypeError(f"expected K/M with 0 <= K < M, got {text!r}")
+    return Shard(int(k), int(m))
+
+
 def build_parser() -> OneLineParser:
     d = Config()
     p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.")
@@ -1145,9 +1415,19 @@ def build_parser() -> OneLineParser:
     run.add_argument("--workers", type=int, default=os.cpu_count() or 1,
                      help="worker processes; 1 runs without a pool (default: all cores)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace a different dataset in --out (only files this generator writes are removed)")
+    scale = p.add_argument_group("sharding (runs on many machines)")
+    scale.add_argument("--shard", type=parse_shard, metavar="K/M",
+                       help="make only shard K of M (K = 0..M-1) into --out, plus a shard file; then --merge")
+    scale.add_argument("--merge", action="store_true",
+                       help="check all shard files and images in --out and write annotations.jsonl and data.json")
     loops = p.add_argument_group("loops")
     loops.add_argument("--min-loops", type=int, default=d.min_loops, help=f"fewest loops per image (default {d.min_loops})")
     loops.add_argument("--max-loops", type=int, default=d.max_loops, help=f"most loops per image (default {d.max_loops})")
+    loops.add_argument("--answers", choices=ANSWER_DISTRIBUTIONS, default=d.answers,
+                       help="balanced: every count equally often, decided per index from the seed; "
+                            f"uniform: independent draws (default {d.answers})")
     loops.add_argument("--min-radius", type=float, default=d.min_radius, help=f"smallest mean loop radius, px (default {d.min_radius:g})")
     loops.add_argument("--max-radius", type=float, default=d.max_radius, help=f"largest mean loop radius, px (default {d.max_radius:g})")
     loops.add_argument("--min-waypoints", type=int, default=d.min_waypoints, help=f"fewest spline waypoints per loop (default {d.min_waypoints})")
@@ -1209,13 +1489,29 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
+    if args.merge and args.shard:
+        parser.error("--merge combines finished shards; run it without --shard")
+    workers = min(args.workers, cfg.n)
     try:
-        records = generate_dataset(cfg, args.out, min(args.workers, cfg.n), quiet=args.quiet)
-    except PlacementError as error:
+        if args.merge:
+            merge_shards(cfg, args.out, workers, args.quiet)
+            done = f"merged shards into {ANNOTATIONS_FILE} and {DATA_FILE}"
+        else:
+            shard = args.shard or WHOLE_RUN
+            records = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite)
+            done = f"wrote {len(records)} images and " + (
+                f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name)
+    except KeyboardInterrupt:
+        print("creation.py: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    except (PlacementError, DatasetError) as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
         return 1
+    except OSError as error:
+        print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
+        return 1
     if not args.quiet:
-        tqdm.write(f"wrote {len(records)} images, {ANNOTATIONS_FILE} and {DATA_FILE} to {args.out}", file=sys.stderr)
+        tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0
 
 

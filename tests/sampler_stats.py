@@ -25,18 +25,14 @@ RULES = ["curvature", "interior_margin", "crossing_angle", "crossing_separation"
          "same_pair_separation", "min_gap", "restart"]
 
 
-def fixed_n(cfg, num_loops):
-    return replace(cfg, min_loops=num_loops, max_loops=num_loops)
-
-
 def rule_costs(cfg, per_n, seed):
     print("| N | " + " | ".join(RULES) + " | all redraws |")
     print("|---|" + "---|" * (len(RULES) + 1))
     for num_loops in range(cfg.min_loops, cfg.max_loops + 1):
-        ncfg = fixed_n(replace(cfg, seed=seed), num_loops)
+        ncfg = replace(cfg, seed=seed)
         total = Counter()
         for index in range(per_n):
-            _, redraws = creation.sample_tangle(ncfg, creation.sample_rng(ncfg, index), index)
+            _, redraws = creation.sample_tangle(ncfg, creation.sample_rng(ncfg, index), num_loops, index)
             total += redraws
         cells = [f"{total[r] / per_n:.1f}" for r in RULES]
         redraw_sum = sum(total[r] for r in RULES if r != "restart") / per_n
@@ -69,18 +65,17 @@ def compare(cfg, count, max_n, seed, budget):
     print("| N | sampler | accepted | attempts/image | crossings | min angle | centre spread px | ink length px |")
     print("|---|---|---|---|---|---|---|---|")
     for num_loops in range(cfg.min_loops, max_n + 1):
-        ncfg = fixed_n(cfg, num_loops)
         rows = {"incremental": [], "whole-sample": []}
         attempts = {"incremental": [], "whole-sample": []}
         for index in range(count):
             rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(num_loops, index)))
-            tangle, redraws = creation.sample_tangle(ncfg, rng, index)
-            rows["incremental"].append(summarise(list(tangle.loops), ncfg))
+            tangle, redraws = creation.sample_tangle(cfg, rng, num_loops, index)
+            rows["incremental"].append(summarise(list(tangle.loops), cfg))
             attempts["incremental"].append(sum(redraws.values()) + num_loops)
-            loops, tries = whole_sample(ncfg, rng, num_loops, budget)
+            loops, tries = whole_sample(cfg, rng, num_loops, budget)
             attempts["whole-sample"].append(tries)
             if loops is not None:
-                rows["whole-sample"].append(summarise(loops, ncfg))
+                rows["whole-sample"].append(summarise(loops, cfg))
         for name, summaries in rows.items():
             if not summaries:
                 print(f"| {num_loops} | {name} | 0/{count} | >{budget} | | | | |")

@@ -135,11 +135,32 @@ def test_waypoints_keep_ring_order():
         assert np.all(turn > 0)
 
 
-def test_loop_count_is_drawn_before_any_rejection():
+def sample_loops(cfg, index):
+    rng = creation.sample_rng(cfg, index)
+    tangle, _ = creation.sample_tangle(cfg, rng, creation.loop_count(cfg, index, rng), index)
+    return list(tangle.loops)
+
+
+def test_uniform_loop_count_is_the_first_draw_of_the_sample_stream():
+    cfg = Config(**{**SMALL.__dict__, "answers": "uniform"})
     for index in range(30):
-        first_draw = creation.sample_rng(SMALL, index).integers(SMALL.min_loops, SMALL.max_loops + 1)
-        tangle, _ = creation.sample_tangle(SMALL, creation.sample_rng(SMALL, index), index)
-        assert len(tangle.loops) == first_draw
+        first_draw = creation.sample_rng(cfg, index).integers(cfg.min_loops, cfg.max_loops + 1)
+        assert len(sample_loops(cfg, index)) == first_draw
+
+
+@pytest.mark.parametrize("n", [500, 7 * 13 + 3, 1, 6])
+def test_balanced_answers_are_equal_within_one(n):
+    counts = np.bincount([creation.loop_count(Config(n=n, seed=9), i, None) for i in range(n)])[5:]
+    assert len(counts) == 7 or n < 7
+    assert counts.max() - counts.min() <= 1 and counts.sum() == n
+    assert counts.min() >= n // 7
+
+
+def test_balanced_answers_depend_on_the_seed_and_not_on_n():
+    orders = [[creation.loop_count(Config(n=n, seed=seed), i, None) for i in range(21)]
+              for n, seed in ((21, 0), (500, 0), (21, 1))]
+    assert orders[0] == orders[1] != orders[2]
+    assert sorted(orders[0][:7]) == list(range(5, 12))
 
 
 def test_sample_streams_do_not_alias_across_seed_and_index():
@@ -151,7 +172,7 @@ def test_sample_streams_do_not_alias_across_seed_and_index():
 def test_impossible_sample_names_index_seed_and_knob():
     cfg = Config(seed=7, min_loops=11, max_loops=11, min_gap=200, loop_attempts=3, sample_restarts=2)
     with pytest.raises(creation.PlacementError, match=r"sample 4 \(seed 7\).*--max-loops"):
-        creation.sample_tangle(cfg, creation.sample_rng(cfg, 4), 4)
+        creation.sample_tangle(cfg, creation.sample_rng(cfg, 4), 11, 4)
 
 
 # --- brute-force oracle for accepted samples --------------------------------
@@ -231,14 +252,14 @@ def assert_every_rule_holds(loops, cfg):
 @given(seed=st.integers(0, 2**32 - 1), index=st.integers(0, 10**6))
 def test_accepted_small_samples_keep_every_rule(seed, index):
     cfg = Config(**{**SMALL.__dict__, "seed": seed})
-    tangle, _ = creation.sample_tangle(cfg, creation.sample_rng(cfg, index), index)
-    assert creation.tangle_violations(list(tangle.loops), cfg) == []
-    assert_every_rule_holds(list(tangle.loops), cfg)
+    loops = sample_loops(cfg, index)
+    assert creation.tangle_violations(loops, cfg) == []
+    assert_every_rule_holds(loops, cfg)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(4))
 def test_accepted_default_samples_keep_every_rule(index):
-    tangle, _ = creation.sample_tangle(CFG, creation.sample_rng(CFG, index), index)
-    assert creation.tangle_violations(list(tangle.loops), CFG) == []
-    assert_every_rule_holds(list(tangle.loops), CFG)
+    loops = sample_loops(CFG, index)
+    assert creation.tangle_violations(loops, CFG) == []
+    assert_every_rule_holds(loops, CFG)

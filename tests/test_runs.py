@@ -1,0 +1,143 @@
+"""Runs that span machines or survive interruption: shards, merge, resume, refusals, signals."""
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import creation
+
+ROOT = Path(__file__).resolve().parents[1]
+N, SEED = 12, 21
+FLAGS = ["--n", str(N), "--seed", str(SEED), "--quiet"]
+
+
+def command(out, *extra):
+    return [sys.executable, str(ROOT / "creation.py"), *FLAGS, "--out", str(out), *extra]
+
+
+def dataset_bytes(folder):
+    return {name: (folder / name).read_bytes() for name in ("annotations.jsonl", "data.json")}
+
+
+def listing(folder):
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference")
+    assert creation.main([*FLAGS, "--out", str(out), "--workers", "2"]) == 0
+    return out
+
+
+def test_three_shards_merge_to_exactly_one_run(reference, tmp_path):
+    for k in range(3):
+        assert creation.main([*FLAGS, "--out", str(tmp_path), "--workers", "1", "--shard", f"{k}/3"]) == 0
+        assert not (tmp_path / "annotations.jsonl").exists()
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(reference)
+    assert listing(tmp_path) == listing(reference)
+
+
+@pytest.fixture
+def two_of_three_shards(tmp_path):
+    for k in (0, 2):
+        assert creation.main([*FLAGS, "--out", str(tmp_path), "--workers", "1", "--shard", f"{k}/3"]) == 0
+    return tmp_path
+
+
+def test_merge_names_a_missing_shard(two_of_three_shards, capsys):
+    assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--merge"]) == 1
+    assert "missing shard(s) 1/3" in capsys.readouterr().err
+    assert not (two_of_three_shards / "annotations.jsonl").exists()
+
+
+def test_merge_names_a_duplicated_shard(two_of_three_shards, capsys):
+    shards = two_of_three_shards / "shards"
+    shutil.copy(shards / "shard-00002-of-00003.jsonl", shards / "shard-00002-of-00003-copy.jsonl")
+    assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--merge"]) == 1
+    assert "shard 2/3 appears twice" in capsys.readouterr().err
+
+
+def test_merge_refuses_a_shard_holding_a_foreign_index(two_of_three_shards, capsys):
+    path = two_of_three_shards / "shards" / "shard-00000-of-00003.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[1])
+    record["index"] = 1  # belongs to shard 1
+    path.write_text("\n".join([lines[0], json.dumps(record), *lines[2:]]) + "\n")
+    assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--shard", "1/3", "--workers", "1"]) == 0
+    assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--merge"]) == 1
+    assert "shard-00000-of-00003.jsonl is incomplete or holds indices of another shard" in capsys.readouterr().err
+
+
+def test_merge_refuses_an_image_that_does_not_match(two_of_three_shards, capsys):
+    assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--shard", "1/3", "--workers", "1"]) == 0
+    shutil.copy(two_of_three_shards / "images" / "tangled_loops_00000.png",
+                two_of_three_shards / "images" / "tangled_loops_00003.png")
+    assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--merge"]) == 1
+    assert "images/tangled_loops_00003.png" in capsys.readouterr().err
+
+
+def test_run_killed_several_times_then_resumed_equals_one_run(reference, tmp_path):
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        process = subprocess.Popen(command(tmp_path, "--workers", "2"), stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.8, 2.5))
+        process.kill()
+        process.wait()
+    (tmp_path / "images" / "tangled_loops_00001.png").write_bytes(b"truncated")
+    assert subprocess.run(command(tmp_path, "--workers", "2"), timeout=300).returncode == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(reference)
+    assert listing(tmp_path) == listing(reference)  # no journal, no temporary left
+
+
+def test_ctrl_c_exits_130_with_one_line_and_resumes(reference, tmp_path):
+    process = subprocess.Popen(command(tmp_path, "--workers", "2"), stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert err.strip().splitlines() == ["creation.py: interrupted; run the same command again to resume"]
+    assert not (tmp_path / "annotations.jsonl").exists()
+    assert subprocess.run(command(tmp_path, "--workers", "2"), timeout=300).returncode == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(reference)
+
+
+def test_a_different_dataset_is_refused_then_replaced_only_with_overwrite(reference, tmp_path):
+    shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "images" / "holiday.png").write_bytes(b"not the generator's")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    smaller = [sys.executable, str(ROOT / "creation.py"), "--n", "5", "--seed", str(SEED), "--quiet",
+               "--out", str(tmp_path), "--workers", "1"]
+    refused = subprocess.run(smaller, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1
+    assert "--overwrite" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert subprocess.run([*smaller, "--overwrite"], timeout=300).returncode == 0
+    images = sorted(p.name for p in (tmp_path / "images").iterdir())
+    assert images == ["holiday.png"] + [f"tangled_loops_{i:05d}.png" for i in range(5)]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert json.loads((tmp_path / "data.json").read_text())["num_samples"] == 5
+
+
+def test_unwritable_output_gives_one_clear_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = subprocess.run(command(blocker / "out"), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.startswith("creation.py: error: ") and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("text", ["3", "3/3", "-1/3", "a/b", "1/0"])
+def test_bad_shard_is_refused(text, tmp_path):
+    result = subprocess.run(command(tmp_path, "--shard", text), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "--shard" in result.stderr
+    assert listing(tmp_path) == []
