@@ -39,7 +39,7 @@ from statistics import NormalDist
 from typing import NamedTuple
 
 import numpy as np
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 from scipy.interpolate import splev, splprep
 from scipy.ndimage import binary_dilation
 from scipy.spatial import cKDTree
@@ -67,6 +67,13 @@ NOISE_SIGMA_TONE = 3.0  # std of per-pixel canvas noise, tone levels
 INK_RGB = (32, 34, 40)
 PAPER_RGB = (243, 239, 228)
 DENSE_SPACING_PX = 0.5  # spacing of the points a stroke's distance field is measured to
+REVIEW_DIR = "review"  # overlays and the contact sheet: never inside images/
+REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+                  (70, 240, 240), (240, 50, 230), (170, 110, 40), (0, 128, 128), (128, 0, 0),
+                  (128, 128, 0), (0, 0, 128)]  # well-separated hues, one per loop
+CROSSING_RING_PX = 9  # radius of the ring marking a crossing in an overlay
+THUMBNAIL_PX = 256  # side of one image on the contact sheet
+CONTACT_SHEET_FILE = "contact_sheet.png"
 ANSWER_DISTRIBUTIONS = ("balanced", "uniform")
 ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
@@ -606,6 +613,41 @@ def pixel_sha256(image: Image.Image) -> str:
     return hashlib.sha256(np.asarray(image.convert("RGB")).tobytes()).hexdigest()
 
 
+def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Image:
+    """The dataset image with each loop painted in its own colour and every crossing ringed.
+
+    Painting reuses each loop's own stroke coverage, so a pixel no loop or
+    ring touches keeps exactly its dataset value.
+    """
+    rgb = np.asarray(image.convert("RGB")).astype(np.float32)
+    for loop_id, points in enumerate(tangle.loops):
+        colour = np.array(REVIEW_COLOURS[loop_id % len(REVIEW_COLOURS)], dtype=np.float32)
+        coverage = stroke_coverage((points,), cfg)[..., None]
+        rgb = rgb * (1 - coverage) + colour * coverage
+    overlay = Image.fromarray(np.rint(rgb).astype(np.uint8), mode="RGB")
+    draw = ImageDraw.Draw(overlay)
+    radius = CROSSING_RING_PX
+    for (x, y), is_self in zip(tangle.crossings.point, tangle.crossings.is_self):
+        shape = draw.rectangle if is_self else draw.ellipse  # squares mark a loop crossing itself
+        shape((x - radius, y - radius, x + radius, y + radius), outline=(0, 0, 0), width=2)
+    return overlay
+
+
+def render_contact_sheet(thumbnails: list[Image.Image], captions: list[str], columns: int) -> Image.Image:
+    """Thumbnails in a grid, each with its caption printed under it."""
+    side = thumbnails[0].width
+    caption_px = 28
+    rows = -(-len(thumbnails) // columns)
+    sheet = Image.new("RGB", (columns * side, rows * (side + caption_px)), "white")
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default(size=20)
+    for slot, (thumb, caption) in enumerate(zip(thumbnails, captions)):
+        left, top = (slot % columns) * side, (slot // columns) * (side + caption_px)
+        sheet.paste(thumb.convert("RGB"), (left, top))
+        draw.text((left + 6, top + side + 3), caption, fill="black", font=font)
+    return sheet
+
+
 # ---------------------------------------------------------------------------
 # One sample: pure and deterministic
 
@@ -619,6 +661,10 @@ def sample_rng(cfg: Config, index: int) -> np.random.Generator:
 def image_name(index: int, n: int) -> str:
     width = max(5, len(str(n - 1)))
     return f"{IMAGES_DIR}/{TASK_NAME}_{index:0{width}d}.png"
+
+
+def overlay_name(index: int, n: int) -> str:
+    return f"{REVIEW_DIR}/overlays/{Path(image_name(index, n)).name}"
 
 
 def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
@@ -776,13 +822,14 @@ def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) ->
 
 
 def remove_stale_images(out_dir: Path, n: int) -> None:
-    """Delete this generator's images whose names the new dataset does not use."""
+    """Delete another dataset's review pictures, and its images whose names the new dataset does not use."""
     keep = {Path(image_name(i, n)).name for i in range(n)}
-    images = out_dir / IMAGES_DIR
-    if images.is_dir():
-        for entry in os.scandir(images):
-            if IMAGE_NAME_RE.match(entry.name) and entry.name not in keep:
-                os.unlink(entry.path)
+    for folder, kept in ((out_dir / IMAGES_DIR, keep), (out_dir / REVIEW_DIR / "overlays", set())):
+        if folder.is_dir():
+            for entry in os.scandir(folder):
+                if IMAGE_NAME_RE.match(entry.name) and entry.name not in kept:
+                    os.unlink(entry.path)
+    (out_dir / REVIEW_DIR / CONTACT_SHEET_FILE).unlink(missing_ok=True)
 
 
 def remove_temporaries(out_dir: Path, owned: set[str]) -> None:
@@ -791,7 +838,8 @@ def remove_temporaries(out_dir: Path, owned: set[str]) -> None:
     Another shard may be writing its own temporaries into the same folder
     right now, so nothing outside `owned` is touched.
     """
-    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SHARDS_DIR):
+    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SHARDS_DIR,
+                   out_dir / REVIEW_DIR, out_dir / REVIEW_DIR / "overlays"):
         if not folder.is_dir():
             continue
         for entry in os.scandir(folder):
@@ -808,15 +856,37 @@ def image_matches(path: Path, sha256: str) -> bool:
         return False
 
 
-def produce_sample(job: tuple[Config, int, str, dict | None]) -> dict:
-    """Worker: keep an image that already matches its record, else make and write it."""
-    cfg, index, out_dir, expected = job
+def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> dict:
+    """Worker: keep an image that already matches its record, else make and write it.
+
+    With overlays asked for, a missing overlay is drawn from the sample's own
+    geometry (regenerated when the image itself was kept).
+    """
+    cfg, index, out_dir, expected, with_overlay = job
     path = Path(out_dir) / image_name(index, cfg.n)
-    if expected is not None and image_matches(path, expected["pixel_sha256"]):
+    overlay_path = Path(out_dir) / overlay_name(index, cfg.n)
+    keep_image = expected is not None and image_matches(path, expected["pixel_sha256"])
+    if keep_image and (overlay_path.exists() or not with_overlay):
         return expected
-    image, record, _ = make_sample(cfg, index)
-    write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
+    image, record, tangle = make_sample(cfg, index)
+    if not keep_image:
+        write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
+    if with_overlay:
+        overlay = render_overlay(image, tangle, cfg)
+        write_atomic(overlay_path, lambda tmp: overlay.save(tmp, format="PNG"))
     return record
+
+
+def write_contact_sheet(out_dir: Path, records: list[dict]) -> None:
+    """The first images of the dataset in one grid, each captioned with its index and answer."""
+    thumbnails = []
+    for record in records:
+        with Image.open(out_dir / record["image"]) as image:
+            thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
+    captions = [f"#{r['index']}  answer {r['answer']}" for r in records]
+    sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(records))))
+    (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
+    write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE, lambda tmp: sheet.save(tmp, format="PNG"))
 
 
 def check_image(job: tuple[Config, int, str, dict]) -> bool:
@@ -881,7 +951,7 @@ def write_dataset_files(cfg: Config, out_dir: Path, records: list[dict]) -> None
 
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False,
-                     shard: Shard = WHOLE_RUN, overwrite: bool = False) -> list[dict]:
+                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False) -> list[dict]:
     """Make every sample of a shard (the whole dataset by default), resuming where a run stopped.
 
     Samples already on disk with their recorded pixels are kept; the rest are
@@ -894,9 +964,11 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     journal = journal_path(out_dir, shard)
     known = known_records(cfg, out_dir, journal, overwrite)
     owned = {Path(image_name(i, cfg.n)).name for i in indices}
-    owned |= {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE}
+    owned |= {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
     remove_temporaries(out_dir, owned)
-    jobs = [(cfg, index, str(out_dir), known.get(index)) for index in indices]
+    if overlays:
+        (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
+    jobs = [(cfg, index, str(out_dir), known.get(index), overlays) for index in indices]
     records = []
     with open(journal, "a", encoding="utf-8") as log:
         if log.tell() == 0:
@@ -1417,6 +1489,11 @@ def build_parser() -> OneLineParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")
+    review = p.add_argument_group("review pictures (outside images/, never part of the dataset)")
+    review.add_argument("--overlays", action="store_true",
+                        help="also write review/overlays/*.png: each loop in its own colour, crossings ringed")
+    review.add_argument("--contact-sheet", type=int, default=0, metavar="K",
+                        help="also write review/contact_sheet.png: the first K images with their answers (default 0: none)")
     scale = p.add_argument_group("sharding (runs on many machines)")
     scale.add_argument("--shard", type=parse_shard, metavar="K/M",
                        help="make only shard K of M (K = 0..M-1) into --out, plus a shard file; then --merge")
@@ -1491,16 +1568,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workers must be at least 1, got {args.workers}")
     if args.merge and args.shard:
         parser.error("--merge combines finished shards; run it without --shard")
+    if args.contact_sheet < 0:
+        parser.error(f"--contact-sheet must be non-negative, got {args.contact_sheet}")
+    if args.contact_sheet and args.shard:
+        parser.error("--contact-sheet needs the whole dataset: pass it to --merge instead of --shard")
+    if args.overlays and args.merge:
+        parser.error("--overlays is made while generating: pass it with --shard")
     workers = min(args.workers, cfg.n)
     try:
         if args.merge:
-            merge_shards(cfg, args.out, workers, args.quiet)
+            records = merge_shards(cfg, args.out, workers, args.quiet)
             done = f"merged shards into {ANNOTATIONS_FILE} and {DATA_FILE}"
         else:
             shard = args.shard or WHOLE_RUN
-            records = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite)
+            records = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays)
             done = f"wrote {len(records)} images and " + (
                 f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name)
+        if args.contact_sheet:
+            write_contact_sheet(args.out, records[:args.contact_sheet])
     except KeyboardInterrupt:
         print("creation.py: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -153,3 +153,35 @@ def test_annotations_load_with_hugging_face_datasets(tiny_dataset, tmp_path, mon
     samples = datasets.load_dataset("json", data_files="data.json", field="samples", split="train",
                                     cache_dir=str(tmp_path / "doc"))
     assert samples["index"] == list(range(6))
+
+
+@pytest.mark.slow
+def test_review_pictures_leave_the_dataset_alone(tiny_dataset, tmp_path):
+    assert creation.main([*TINY, "--out", str(tmp_path), "--workers", "2", "--overlays", "--contact-sheet", "4"]) == 0
+    for name in ("annotations.jsonl", "data.json"):
+        assert (tmp_path / name).read_bytes() == (tiny_dataset / name).read_bytes()
+    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == sorted(
+        p.name for p in (tiny_dataset / "images").iterdir())
+    assert sorted(p.name for p in (tmp_path / "review" / "overlays").iterdir()) == sorted(
+        p.name for p in (tiny_dataset / "images").iterdir())
+    sheet = Image.open(tmp_path / "review" / "contact_sheet.png")
+    assert sheet.size == (2 * creation.THUMBNAIL_PX, 2 * (creation.THUMBNAIL_PX + 28))
+
+
+def test_overlay_changes_only_pixels_on_loops_and_crossing_rings():
+    cfg = creation.Config(n=6, seed=11)
+    image, record, tangle = creation.make_sample(cfg, 2)
+    overlay = np.asarray(creation.render_overlay(image, tangle, cfg)).astype(int)
+    original = np.asarray(image.convert("RGB")).astype(int)
+    rows, cols = np.nonzero(np.any(overlay != original, axis=2))
+    centres = np.column_stack([cols + 0.5, rows + 0.5])
+    to_loop = creation.cKDTree(creation.densify(tangle.loops, 0.5)).query(centres)[0]
+    to_crossing = creation.cKDTree(tangle.crossings.point).query(centres)[0]
+    on_stroke = to_loop <= cfg.stroke_width / 2 + 0.75
+    # A 2 px ring drawn inside radius R covers R-2..R, give or take rasterisation.
+    on_ring = (to_crossing >= creation.CROSSING_RING_PX - 3.5) & (to_crossing <= creation.CROSSING_RING_PX + 1.5)
+    assert np.all(on_stroke | on_ring)
+    # Every loop got its own colour: the painted stroke pixels show as many hues as loops.
+    painted = overlay[np.isin(overlay.reshape(-1, 3) @ [65536, 256, 1],
+                              np.array(creation.REVIEW_COLOURS) @ [65536, 256, 1]).reshape(overlay.shape[:2])]
+    assert len(np.unique(painted @ [65536, 256, 1])) == record["num_loops"]
