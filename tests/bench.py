@@ -1,0 +1,104 @@
+"""Speed, size and memory of the generator at default settings (not a test: run it by hand).
+
+    python tests/bench.py                  # about two minutes on 2 cores
+    python tests/bench.py --images 40 --repeats 3
+
+Prints medians: seconds per image for each stage (sampling the loops,
+rendering, PNG encoding, hashing the pixels, writing the file), the encode
+floor (encoding the final image, nothing else) and the whole pipeline's
+ratio to it, bytes per image, end-to-end images/s with 1 and 2 workers
+measured in the same run, and the peak resident memory of one worker process
+for two dataset sizes (it should not grow with --n).
+"""
+
+import argparse
+import io
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+import creation  # noqa: E402
+
+
+def stage_times(cfg, indices):
+    """Per-image seconds of each stage, and the encoded sizes."""
+    stages = {name: [] for name in ("sample", "render", "encode", "hash", "write", "total")}
+    sizes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in indices:
+            clock = time.perf_counter()
+            rng = creation.sample_rng(cfg, index)
+            tangle, _ = creation.sample_tangle(cfg, rng, creation.loop_count(cfg, index, rng), index)
+            after_sample = time.perf_counter()
+            image = creation.render_loops(tangle.loops, cfg, rng)
+            after_render = time.perf_counter()
+            buffer = io.BytesIO()
+            creation.save_png(image, buffer)
+            after_encode = time.perf_counter()
+            creation.pixel_sha256(image)
+            after_hash = time.perf_counter()
+            (Path(tmp) / f"{index}.png").write_bytes(buffer.getvalue())
+            done = time.perf_counter()
+            for name, seconds in (("sample", after_sample - clock), ("render", after_render - after_sample),
+                                  ("encode", after_encode - after_render), ("hash", after_hash - after_encode),
+                                  ("write", done - after_hash), ("total", done - clock)):
+                stages[name].append(seconds)
+            sizes.append(len(buffer.getvalue()))
+    return stages, sizes
+
+
+def images_per_second(n, workers, repeats):
+    rates = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            clock = time.perf_counter()
+            creation.generate_dataset(creation.Config(n=n, seed=0), Path(tmp), workers, quiet=True)
+            rates.append(n / (time.perf_counter() - clock))
+    return statistics.median(rates)
+
+
+def worker_peak_rss_mb(n):
+    """Peak RSS of a one-worker run in a fresh process, in MiB (Linux reports KiB)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        code = (f"import resource, sys; sys.path.insert(0, {str(ROOT)!r}); import creation; "
+                f"creation.main(['--n', '{n}', '--seed', '0', '--out', {tmp!r}, '--workers', '1', '--quiet']); "
+                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return int(out.split()[-1]) / 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=40, help="images per measurement (default 40)")
+    parser.add_argument("--repeats", type=int, default=3, help="end-to-end runs per worker count (default 3)")
+    args = parser.parse_args()
+    cfg = creation.Config()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    stages, sizes = stage_times(cfg, range(args.images))
+    medians = {name: statistics.median(times) for name, times in stages.items()}
+    print("per image, median seconds:")
+    for name, seconds in medians.items():
+        print(f"  {name:<8}{seconds:8.4f}")
+    ratios = [t / e for t, e in zip(stages["total"], stages["encode"])]
+    print(f"encode floor {medians['encode']:.4f} s; pipeline / encode: median {statistics.median(ratios):.2f}x "
+          f"(ratio of medians {medians['total'] / medians['encode']:.2f}x)")
+    print(f"bytes per image: median {statistics.median(sizes) / 1e3:.0f} KB, max {max(sizes) / 1e3:.0f} KB")
+    one = images_per_second(args.images, 1, args.repeats)
+    two = images_per_second(args.images, 2, args.repeats)
+    print(f"end to end: {one:.2f} images/s with 1 worker, {two:.2f} with 2 ({two / one:.2f}x); "
+          f"--n 500 would take {500 / two:.0f} s on 2 workers")
+    small, large = worker_peak_rss_mb(20), worker_peak_rss_mb(120)
+    print(f"peak RSS of one worker: {small:.0f} MiB at --n 20, {large:.0f} MiB at --n 120")
+    print(f"(self: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+
+
+if __name__ == "__main__":
+    main()
