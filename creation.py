@@ -45,7 +45,7 @@ from scipy.interpolate import splev, splprep
 from scipy.spatial import cKDTree
 from tqdm import tqdm
 
-GENERATOR_VERSION = "1.1.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "1.2.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -399,8 +399,22 @@ def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config
     same_pair = ((crossings.loop_a[new][:, None] == crossings.loop_a)
                  & (crossings.loop_b[new][:, None] == crossings.loop_b))
     too_close = bool(np.any(dist < cfg.min_crossing_separation))
-    same_pair_close = bool(np.any(same_pair & (dist < cfg.min_same_pair_separation)))
+    shallower = np.minimum(crossings.angle_deg[new][:, None], crossings.angle_deg[None, :])
+    same_pair_close = bool(np.any(same_pair & (dist < same_pair_separation_px(shallower, cfg))))
     return too_close, same_pair_close
+
+
+def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
+    """Least distance between two crossings of the same two loops whose shallower angle is angle_deg.
+
+    Two strands that cross twice, D apart, at angle theta enclose a lens
+    about D * tan(theta / 4) wide. Unless that is at least min_gap, the
+    strokes fuse into what reads as one crossing, or as two strands
+    touching; so D must be at least min_gap / tan(theta / 4) (68 px at 30
+    degrees, 34 px at 60), and never below min_same_pair_separation.
+    """
+    lens_px = cfg.min_gap / np.tan(np.radians(np.maximum(angle_deg, 1.0)) / 4)
+    return np.maximum(cfg.min_same_pair_separation, lens_px)
 
 
 def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, cfg: Config) -> str | None:

@@ -85,6 +85,20 @@ def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
     assert "same_pair_separation" in creation.tangle_violations(loops, CFG)
 
 
+@pytest.mark.parametrize("small_radius, angle_deg, lens_px, rejected", [(25, 35, 4.97, True), (35, 50, 14.1, False)])
+def test_a_thin_lens_between_two_crossings_is_rejected(small_radius, angle_deg, lens_px, rejected):
+    # A small ring dipping into a big one crosses it twice; the sliver between them
+    # is r2 + d - r1 wide. At 5 px it fuses into one blob even though each crossing
+    # is steep enough and the two are more than 30 px apart.
+    r1, alpha = 250.0, np.radians(angle_deg)
+    d = np.sqrt(r1**2 + small_radius**2 - 2 * r1 * small_radius * np.cos(alpha))
+    assert small_radius + d - r1 == pytest.approx(lens_px, abs=0.1)
+    loops = [circle(512, 600, r1), circle(512, 600 - d, small_radius)]
+    _, crossings, _ = creation.find_all_events(loops, CFG)
+    assert len(crossings) == 2 and np.linalg.norm(crossings.point[0] - crossings.point[1]) > 30
+    assert creation.tangle_violations(loops, CFG) == (["same_pair_separation"] if rejected else [])
+
+
 def test_three_strands_through_nearly_one_point_are_rejected():
     # Three big circles whose crossings with each other fall within a few px.
     loops = [circle(512 + 200 * np.cos(a), 512 + 200 * np.sin(a), 200)
@@ -239,7 +253,12 @@ def assert_every_rule_holds(loops, cfg):
     dist = np.linalg.norm(points[:, None] - points[None], axis=2) + np.eye(len(points)) * 1e9
     assert np.all(dist >= cfg.min_crossing_separation)
     same_pair = np.all(pairs[:, None] == pairs[None], axis=2)
+    # Two crossings of the same loops, D apart at angle theta, leave a lens about
+    # D tan(theta / 4) wide between them, which must not be thinner than min_gap.
+    shallower = np.radians(np.minimum(angles[:, None], angles[None]))
+    lens_px = dist * np.tan(shallower / 4)
     assert np.all(dist[same_pair] >= cfg.min_same_pair_separation)
+    assert np.all(lens_px[same_pair] >= cfg.min_gap - 1e-6)
     for loop in loops:
         assert circumradius(loop).min() >= 0.9 * cfg.min_curvature_radius
     everything = np.concatenate(loops)
