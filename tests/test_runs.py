@@ -8,7 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import creation
@@ -85,29 +84,52 @@ def test_merge_refuses_an_image_that_does_not_match(two_of_three_shards, capsys)
     assert "images/tangled_loops_00003.png" in capsys.readouterr().err
 
 
-def test_run_killed_several_times_then_resumed_equals_one_run(reference, tmp_path):
-    rng = np.random.default_rng(0)
-    for _ in range(3):
-        process = subprocess.Popen(command(tmp_path, "--workers", "2"), stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.8, 2.5))
+LONG = ["--n", "40", "--seed", str(SEED), "--quiet", "--workers", "2"]
+
+
+@pytest.fixture(scope="module")
+def long_reference(tmp_path_factory):
+    out = tmp_path_factory.mktemp("long_reference")
+    assert creation.main([*LONG, "--out", str(out)]) == 0
+    return out
+
+
+def start_and_wait(out, finished_samples):
+    """Start a run and return it once its journal holds `finished_samples` records."""
+    process = subprocess.Popen([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(out)],
+                               stderr=subprocess.PIPE, text=True)
+    journal = out / ".progress.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        if journal.exists() and journal.read_text().count("\n") > finished_samples:
+            return process
+        time.sleep(0.02)
+    raise AssertionError("the run finished or stalled before it could be interrupted")
+
+
+def test_run_killed_several_times_then_resumed_equals_one_run(long_reference, tmp_path):
+    for finished in (2, 9, 17):
+        process = start_and_wait(tmp_path, finished)
         process.kill()
-        process.wait()
+        process.communicate()
+    assert not (tmp_path / "annotations.jsonl").exists()
     (tmp_path / "images" / "tangled_loops_00001.png").write_bytes(b"truncated")
-    assert subprocess.run(command(tmp_path, "--workers", "2"), timeout=300).returncode == 0
-    assert dataset_bytes(tmp_path) == dataset_bytes(reference)
-    assert listing(tmp_path) == listing(reference)  # no journal, no temporary left
+    assert subprocess.run([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(tmp_path)],
+                          timeout=300).returncode == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
+    assert listing(tmp_path) == listing(long_reference)  # no journal, no temporary left
 
 
-def test_ctrl_c_exits_130_with_one_line_and_resumes(reference, tmp_path):
-    process = subprocess.Popen(command(tmp_path, "--workers", "2"), stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)
+def test_ctrl_c_exits_130_with_one_line_and_resumes(long_reference, tmp_path):
+    process = start_and_wait(tmp_path, 3)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130
     assert err.strip().splitlines() == ["creation.py: interrupted; run the same command again to resume"]
     assert not (tmp_path / "annotations.jsonl").exists()
-    assert subprocess.run(command(tmp_path, "--workers", "2"), timeout=300).returncode == 0
-    assert dataset_bytes(tmp_path) == dataset_bytes(reference)
+    assert subprocess.run([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(tmp_path)],
+                          timeout=300).returncode == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
 
 
 def test_a_different_dataset_is_refused_then_replaced_only_with_overwrite(reference, tmp_path):
