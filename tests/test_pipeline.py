@@ -189,3 +189,18 @@ def test_overlay_changes_only_pixels_on_loops_and_crossing_rings():
     painted = overlay[np.isin(overlay.reshape(-1, 3) @ [65536, 256, 1],
                               np.array(creation.REVIEW_COLOURS) @ [65536, 256, 1]).reshape(overlay.shape[:2])]
     assert len(np.unique(painted @ [65536, 256, 1])) == record["num_loops"]
+
+
+def test_palette_png_decodes_to_exactly_the_rendered_colours(tmp_path):
+    cfg = creation.Config(n=3, seed=5)
+    rng = creation.sample_rng(cfg, 1)
+    tangle, _ = creation.sample_tangle(cfg, rng, 5, 1)
+    image = creation.render_loops(tangle.loops, cfg, rng)
+    tone = np.asarray(image)  # the palette indices: one tone per pixel
+    ramp = np.array(creation.PALETTE, dtype=np.uint8).reshape(256, 3)
+    creation.save_png(image, tmp_path / "x.png")
+    decoded = np.asarray(Image.open(tmp_path / "x.png").convert("RGB"))
+    assert np.array_equal(decoded, ramp[tone])
+    # Every colour lies on the line from ink to paper, darker tone for darker colour.
+    assert np.all(np.diff(ramp.astype(int), axis=0) >= 0)
+    assert len(np.unique(tone)) > 100  # noise and antialiasing use the ramp, not two colours
