@@ -45,7 +45,7 @@ from scipy.interpolate import splev, splprep
 from scipy.spatial import cKDTree
 from tqdm import tqdm
 
-GENERATOR_VERSION = "1.2.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "1.3.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -73,8 +73,23 @@ REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (
 CROSSING_RING_PX = 9  # radius of the ring marking a crossing in an overlay
 THUMBNAIL_PX = 256  # side of one image on the contact sheet
 CONTACT_SHEET_FILE = "contact_sheet.png"
-ANSWER_DISTRIBUTIONS = ("balanced", "uniform")
+ANSWER_DISTRIBUTIONS = ("equal", "uniform")
 ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
+
+# --balanced budgets, in px for the default drawable side; other canvases scale them.
+BALANCED_REFERENCE_SIDE_PX = 914.0  # size minus twice interior_margin at the defaults
+BALANCED_MEAN_PERIMETER_PX = (750.0, 1000.0)  # total ink length / max_loops, drawn per image
+BALANCED_PERIMETER_PX = (550.0, 2600.0)  # bounds on one loop's share of the ink
+BALANCED_SQUARED_SHARES = 0.22  # mean sum of squared perimeter shares, whatever N (see perimeter_shares)
+BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reach that mean: near-equal shares
+BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
+BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
+CURLS_PER_MISSING_LOOP = 0.9  # curls per loop short of max_loops: a curl turns 2 pi like the loop it stands in for
+BALANCED_EXTRA_CURLS = 6.0  # curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror
+BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
+CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
+CURL_DEPTH = (2.5, 3.5)  # prolate-trochoid ratio, sets curl size: below ~2.4 the tip is sharper than 8 px
+CURL_ARC_GAPS = 2.09  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 
 
 # ---------------------------------------------------------------------------
@@ -89,7 +104,7 @@ class Config:
     seed: int = 0  # run seed; sample i draws from SeedSequence(seed, spawn_key=(i,))
     min_loops: int = 5  # fewest loops in one image
     max_loops: int = 11  # most loops in one image
-    answers: str = "balanced"  # "balanced": counts equally often; "uniform": independent draws
+    answers: str = "equal"  # "equal": every count equally often; "uniform": independent draws
     size: int = 1024  # canvas side, px
     interior_margin: float = 55.0  # px along every edge that no loop enters
     min_radius: float = 150.0  # px, smallest mean radius of a loop's waypoint ring
@@ -107,6 +122,7 @@ class Config:
     min_curvature_radius: float = 8.0  # px; tighter bends render as kinks or fake endpoints
     loop_attempts: int = 400  # redraws of one loop before the whole sample restarts
     sample_restarts: int = 25  # restarts before the sample is declared impossible
+    balanced: bool = False  # per-image budgets of length, turning and crossings, so global statistics hide N
 
     def __post_init__(self) -> None:
         for name in ("n", "min_loops", "min_waypoints", "points_per_loop", "size",
@@ -152,6 +168,14 @@ class Config:
                 f"leaves {interior:g} px")
         if self.points_per_loop < 64:
             raise ValueError(f"--points-per-loop must be at least 64, got {self.points_per_loop}")
+        # Room to spare (0.9), or splitting the longest budget among min_loops loops
+        # that must each stay under the largest perimeter would almost never succeed.
+        loop_ratio_limit = 0.9 * BALANCED_PERIMETER_PX[1] / BALANCED_MEAN_PERIMETER_PX[1]
+        if self.balanced and self.max_loops > loop_ratio_limit * self.min_loops:
+            raise ValueError(
+                f"--balanced shares one ink budget among --min-loops {self.min_loops} to --max-loops "
+                f"{self.max_loops} loops; at most {loop_ratio_limit:g} "
+                f"times as many loops at the top as at the bottom fit on the canvas")
 
     @property
     def self_arc_gap_px(self) -> float:
@@ -171,14 +195,19 @@ def flag(field_name: str) -> str:
 # Curve sampling
 
 
-def sample_waypoints(cfg: Config, rng: np.random.Generator) -> np.ndarray:
-    """Waypoints on a jittered ring around the origin, in ring order.  # (K, 2)"""
-    count = int(rng.integers(cfg.min_waypoints, cfg.max_waypoints + 1))
+def ring_angles(count: int, angle_jitter: float, rng: np.random.Generator) -> np.ndarray:
+    """Angles of `count` waypoints round a ring, jittered but in ring order.  (K,)"""
     spacing = 2 * np.pi / count
     # Capping the jitter below half the spacing keeps the angles in ring order;
     # swapped neighbours are what make kinks and cusps.
-    jitter = min(cfg.angle_jitter, 0.45 * spacing)
-    angles = rng.uniform(0, 2 * np.pi) + spacing * np.arange(count) + rng.uniform(-jitter, jitter, count)
+    jitter = min(angle_jitter, 0.45 * spacing)
+    return rng.uniform(0, 2 * np.pi) + spacing * np.arange(count) + rng.uniform(-jitter, jitter, count)
+
+
+def sample_waypoints(cfg: Config, rng: np.random.Generator) -> np.ndarray:
+    """Waypoints on a jittered ring around the origin, in ring order.  # (K, 2)"""
+    count = int(rng.integers(cfg.min_waypoints, cfg.max_waypoints + 1))
+    angles = ring_angles(count, cfg.angle_jitter, rng)
     mean_radius = rng.uniform(cfg.min_radius, cfg.max_radius)
     radii = mean_radius * (1 + rng.uniform(-cfg.radius_jitter, cfg.radius_jitter, count))
     return np.column_stack([radii * np.cos(angles), radii * np.sin(angles)])
@@ -201,6 +230,141 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
     with np.errstate(divide="ignore"):
         curvature_radius = np.where(turn > 0, speed**3 / turn, np.inf)
     return points, curvature_radius
+
+
+# ---------------------------------------------------------------------------
+# Balanced mode: per-image budgets of ink length, turning and crossings
+#
+# Drawn alike, loops give N away through two identities: the ink length is N
+# times the mean perimeter, and every closed loop turns through at least 2 pi.
+# Balanced mode draws a total perimeter per image, independent of N, and
+# splits it among the loops. It keeps the total turning about independent of N
+# by adding a curl (a small loop-de-loop: a self-crossing that turns once
+# more) for nearly every loop short of max_loops, plus a random number on top.
+# It caps the crossings between loops so that, with the curls' crossings, the
+# count does not grow with N. And one waypoint spacing is shared by all loops
+# of an image, so a big loop wiggles like a small one instead of being flatter.
+
+
+@dataclass(frozen=True)
+class LoopShape:
+    """What balanced mode asks of one loop; its exact form is redrawn on every attempt."""
+
+    perimeter: float  # px, met exactly by scaling
+    waypoints: int  # ring waypoints before curls
+    wiggle: float  # radial waypoint jitter, fraction of the waypoint spacing
+    curls: int  # self-crossing curls, each in its own waypoint gap with a free gap either side
+    crossing_cap: float  # most crossings between different loops once this loop is placed
+
+
+def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tuple[LoopShape, ...]:
+    """Per-loop targets for one image, largest loop first; the budgets they share do not depend on N."""
+    scale = (cfg.size - 2 * cfg.interior_margin) / BALANCED_REFERENCE_SIDE_PX
+    total = cfg.max_loops * scale * rng.uniform(*BALANCED_MEAN_PERIMETER_PX)
+    num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, BALANCED_EXTRA_CURLS + 1))
+    # A curl takes its own gap plus CURL_ARC_GAPS of arc, and leaving every other
+    # gap free keeps curls apart. Capping the spacing by the total length over
+    # num_curls + num_loops (nearly N-free) leaves the loops room for every
+    # curl: their capacities sum to more than that count less N.
+    footprint = 2 + CURL_ARC_GAPS
+    spacing = min(scale * rng.uniform(*BALANCED_SPACING_PX), total / (footprint * (num_curls + num_loops)))
+    wiggle = rng.uniform(*BALANCED_WIGGLE)
+    perimeters = -np.sort(-perimeter_shares(total, num_loops, scale, rng))
+    capacity = np.floor(perimeters / spacing / footprint).astype(int)
+    curls = np.zeros(num_loops, dtype=int)
+    for _ in range(num_curls):  # one at a time, so full loops drop out and density stays even
+        weights = np.where(curls < capacity, perimeters, 0.0)
+        curls[rng.choice(num_loops, p=weights / weights.sum())] += 1
+    waypoints = np.maximum(np.rint(perimeters / spacing - CURL_ARC_GAPS * curls), cfg.min_waypoints)
+    caps = crossing_caps(cfg, rng, total / (scale * BALANCED_REFERENCE_SIDE_PX), perimeters)
+    return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap))
+                 for p, k, c, cap in zip(perimeters, waypoints, curls, caps))
+
+
+def crossing_caps(cfg: Config, rng: np.random.Generator, relative_length: float,
+                  perimeters: np.ndarray) -> np.ndarray:
+    """Most crossings between different loops once each loop is placed, in placement order.  (N,)
+
+    Few big loops cross each other less often than many small ones (the
+    crossing rules reject more of a big loop's many crossings), while each
+    missing loop adds a curl and so a self-crossing. The crossings between loops
+    are therefore capped at what min_loops loops make (a density times
+    relative_length^2) plus, per loop above min_loops, the curls it no longer
+    carries, which keeps the total with the curls free of N. The cap is spread
+    over the loops as their expected crossings with the loops before them
+    (perimeter products) are, but never below the two crossings each loop
+    needs to join the tangle.
+    """
+    budget = (rng.uniform(*BALANCED_CROSSING_DENSITY) * relative_length**2
+              + CURLS_PER_MISSING_LOOP * (len(perimeters) - cfg.min_loops))
+    with_earlier = perimeters * (np.cumsum(perimeters) - perimeters)  # (N,)
+    share = np.cumsum(with_earlier) / with_earlier.sum()
+    return np.maximum(budget * share, 2 * np.arange(len(perimeters))) + CROSSING_SLACK
+
+
+def perimeter_shares(total: float, num_loops: int, scale: float, rng: np.random.Generator) -> np.ndarray:
+    """Loop perimeters summing to total, each inside BALANCED_PERIMETER_PX.  (N,) px
+
+    Loops cross each other about in proportion to total^2 - sum(perimeter^2).
+    The Dirichlet concentration alpha is set so that the mean sum of squared
+    shares, (alpha + 1) / (N alpha + 1), is BALANCED_SQUARED_SHARES for every N:
+    many loops come in mixed sizes and few in similar ones, so neither that sum
+    nor the size of the largest loop says much about N.
+    """
+    c = BALANCED_SQUARED_SHARES
+    alpha = (1 - c) / max(c * num_loops - 1, (1 - c) / BALANCED_MAX_CONCENTRATION)
+    low, high = scale * BALANCED_PERIMETER_PX[0], scale * BALANCED_PERIMETER_PX[1]
+    while True:  # Config guarantees num_loops * high > total, so a draw fits with fair odds
+        perimeters = low + (total - num_loops * low) * rng.dirichlet(np.full(num_loops, alpha))
+        if perimeters.max() <= high:
+            return perimeters
+
+
+def curl_waypoints(start: np.ndarray, end: np.ndarray, side: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Five waypoints of a prolate-trochoid curl in each gap start -> end.  (C, 2) in, (C, 5, 2) out
+
+    The curve t - depth sin t, -depth (1 + cos t) over one period leaves and
+    rejoins the gap's ends and crosses itself once, steeply for depth >= 2.
+    side (+1 or -1) picks which side of the gap the curl hangs on.
+    """
+    t = np.pi / 3 * np.arange(-2, 3)  # (5,)
+    chord = end - start
+    unit = np.hypot(*chord.T)[:, None] / (2 * np.pi)  # (C, 1) px per trochoid unit
+    along = chord / (2 * np.pi * unit)
+    across = side[:, None] * np.column_stack([-along[:, 1], along[:, 0]])
+    u = t - depth[:, None] * np.sin(t)  # (C, 5)
+    v = -depth[:, None] * (1 + np.cos(t))
+    return (0.5 * (start + end))[:, None, :] + unit[:, :, None] * (u[..., None] * along[:, None, :]
+                                                                   + v[..., None] * across[:, None, :])
+
+
+def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> np.ndarray:
+    """A unit-radius jittered ring with curls spliced into some of its gaps, in path order.  (K', 2)"""
+    count = shape.waypoints
+    angles = ring_angles(count, cfg.angle_jitter, rng)
+    radii = 1 + shape.wiggle * (2 * np.pi / count) * rng.uniform(-1, 1, count)
+    ring = np.column_stack([radii * np.cos(angles), radii * np.sin(angles)])
+    # Curls go in every other gap (the odd ones when the count is odd, so the
+    # last gap and the first are not both taken), so no two share a waypoint;
+    # a curl's size follows its gap, so the longest of those give the roundest.
+    candidates = np.arange(1 if count % 2 else rng.integers(2), count, 2)
+    gap_length = np.hypot(*(np.roll(ring, -1, axis=0) - ring)[candidates].T)
+    gaps = np.sort(candidates[np.argsort(gap_length)[len(candidates) - shape.curls:]])
+    side = rng.choice([-1.0, 1.0], shape.curls)
+    depth = rng.uniform(*CURL_DEPTH, shape.curls)
+    # Each ring point is followed by its gap's curl, or by NaN rows that are then dropped.
+    path = np.full((count, 6, 2), np.nan)
+    path[:, 0] = ring
+    path[gaps, 1:] = curl_waypoints(ring[gaps], ring[(gaps + 1) % count], side, depth)
+    path = path.reshape(-1, 2)
+    return path[~np.isnan(path[:, 0])]
+
+
+def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Points and radius of curvature of one balanced loop, scaled to its exact perimeter."""
+    points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), cfg.points_per_loop)
+    factor = shape.perimeter / np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum()
+    return factor * points, factor * curvature_radius
 
 
 def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
@@ -443,11 +607,14 @@ class Tangle:
         return Tangle((), concat_segments([loop_segments(np.zeros((0, 2)), 0)]), None, Crossings.empty())
 
 
-def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config) -> tuple[Tangle | None, str | None]:
+def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
+                 shape: LoopShape | None = None) -> tuple[Tangle | None, str | None]:
     """Add a placed loop if it keeps every rule against itself and the loops so far.
 
     Only pairs involving the new loop are examined: the old loops were
-    checked when they were added and nothing about them has changed.
+    checked when they were added and nothing about them has changed. A
+    balanced-mode shape also asks the loop to cross an earlier one, and to keep
+    the crossings between loops within its crossing_cap.
     """
     new = loop_segments(points, len(tangle.loops))
     segs = concat_segments([tangle.segs, new])
@@ -463,6 +630,13 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config) -> tuple[Tangl
 
     longest = longest_segment(segs)
     crossings = find_crossings(segs, pairs_within(longest))
+    if shape is not None:
+        between = np.count_nonzero(~crossings.is_self)
+        # One piece: a loop floating apart is easy to count.
+        if tangle.loops and between == 0:
+            return None, "disconnected"
+        if np.count_nonzero(~tangle.crossings.is_self) + between > shape.crossing_cap:
+            return None, "crossing_budget"
     reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
     if reason is not None:
         return None, reason
@@ -507,7 +681,7 @@ class PlacementError(RuntimeError):
 def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
     """The answer for sample `index`, fixed before any loop is drawn or rejected.
 
-    "balanced": each block of K consecutive indices (K possible counts) holds
+    "equal": each block of K consecutive indices (K possible counts) holds
     every count once, in an order drawn from the run seed and the block number
     alone. Any shard computes the same count for the same index, and in any
     prefix of the dataset each count is within one of an equal share.
@@ -530,14 +704,17 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
     sample from an empty canvas; the count itself never changes, so rejection
     cannot skew the answers. Returns the tangle and how many redraws each rule caused.
     """
+    # Budgets are kept across restarts: redrawing them would favour the easy ones, which depend on N.
+    shapes = balanced_shapes(cfg, rng, num_loops) if cfg.balanced else (None,) * num_loops
     redraws: Counter = Counter()
     for _ in range(cfg.sample_restarts):
         tangle = Tangle.empty()
         while len(tangle.loops) < num_loops:
+            shape = shapes[len(tangle.loops)]
             for _ in range(cfg.loop_attempts):
-                candidate, reason = draw_loop(cfg, rng)
+                candidate, reason = draw_loop(cfg, rng, shape)
                 if candidate is not None:
-                    added, reason = try_add_loop(tangle, candidate, cfg)
+                    added, reason = try_add_loop(tangle, candidate, cfg, shape)
                 if reason is None:
                     tangle = added
                     break
@@ -553,9 +730,16 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
         f"or loosen --min-gap / --min-crossing-angle / --min-crossing-separation")
 
 
-def draw_loop(cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray | None, str | None]:
-    """One loop placed on the canvas, or None with the rule its shape broke on its own."""
-    points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
+def draw_loop(cfg: Config, rng: np.random.Generator,
+              shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
+    """One loop placed on the canvas, or None with the rule its shape broke on its own.
+
+    shape is balanced mode's target for this loop, None in the default mode.
+    """
+    if shape is None:
+        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
+    else:
+        points, curvature_radius = balanced_loop(shape, cfg, rng)
     if curvature_radius.min() < cfg.min_curvature_radius:
         return None, "curvature"
     placed = place_in_canvas(points, cfg, rng)
@@ -942,7 +1126,10 @@ def canonical_command(cfg: Config) -> str:
     parts = ["python creation.py"]
     for field in dataclasses.fields(Config):
         value = getattr(cfg, field.name)
-        parts.append(f"{flag(field.name)} {value:g}" if isinstance(value, float) else f"{flag(field.name)} {value}")
+        if isinstance(value, bool):  # a switch: named when on, absent when off
+            parts += [flag(field.name)] * value
+        else:
+            parts.append(f"{flag(field.name)} {value:g}" if isinstance(value, float) else f"{flag(field.name)} {value}")
     return " ".join(parts)
 
 
@@ -1525,7 +1712,7 @@ def build_parser() -> OneLineParser:
     loops.add_argument("--min-loops", type=int, default=d.min_loops, help=f"fewest loops per image (default {d.min_loops})")
     loops.add_argument("--max-loops", type=int, default=d.max_loops, help=f"most loops per image (default {d.max_loops})")
     loops.add_argument("--answers", choices=ANSWER_DISTRIBUTIONS, default=d.answers,
-                       help="balanced: every count equally often, decided per index from the seed; "
+                       help="equal: every count equally often, decided per index from the seed; "
                             f"uniform: independent draws (default {d.answers})")
     loops.add_argument("--min-radius", type=float, default=d.min_radius, help=f"smallest mean loop radius, px (default {d.min_radius:g})")
     loops.add_argument("--max-radius", type=float, default=d.max_radius, help=f"largest mean loop radius, px (default {d.max_radius:g})")
@@ -1534,6 +1721,10 @@ def build_parser() -> OneLineParser:
     loops.add_argument("--angle-jitter", type=float, default=d.angle_jitter, help=f"waypoint angle jitter, rad, capped to keep ring order (default {d.angle_jitter:g})")
     loops.add_argument("--radius-jitter", type=float, default=d.radius_jitter, help=f"waypoint radius jitter, fraction of the mean radius (default {d.radius_jitter:g})")
     loops.add_argument("--points-per-loop", type=int, default=d.points_per_loop, help=f"dense samples along each loop (default {d.points_per_loop})")
+    loops.add_argument("--balanced", action="store_true",
+                       help="draw each image's total ink length, turning and crossings independently of the "
+                            "loop count, in place of --min/--max-radius, --max-waypoints and --radius-jitter; "
+                            "every loop crosses another (default off)")
     canvas = p.add_argument_group("canvas")
     canvas.add_argument("--size", type=int, default=d.size, help=f"canvas side, px (default {d.size})")
     canvas.add_argument("--interior-margin", type=float, default=d.interior_margin, help=f"ink-free border, px (default {d.interior_margin:g})")

@@ -21,8 +21,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import creation  # noqa: E402
 
-RULES = ["curvature", "interior_margin", "crossing_angle", "crossing_separation",
-         "same_pair_separation", "min_gap", "restart"]
+RULES = ["curvature", "interior_margin", "disconnected", "crossing_budget", "crossing_angle",
+         "crossing_separation", "same_pair_separation", "min_gap", "restart"]
 
 
 def rule_costs(cfg, per_n, seed):

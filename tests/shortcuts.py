@@ -472,7 +472,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--splits", type=int, default=200, help="random half/half splits to take the median over")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random splits")
     parser.add_argument("--json", type=Path, default=None, help="also write the table as JSON to this file")
+    parser.add_argument("--max-single", type=float, nargs=2, metavar=("EXACT", "WITHIN"), default=None,
+                        help="exit 1 if any single statistic beats these accuracies (fractions), e.g. 0.29 0.59")
+    parser.add_argument("--max-combined", type=float, metavar="EXACT", default=None,
+                        help="exit 1 if a combined model beats this exact accuracy (fraction)")
     return parser
+
+
+def gate_failures(report: dict, max_single: list[float] | None, max_combined: float | None) -> list[str]:
+    """Rows that beat the allowed accuracies: a CI gate for the balanced mode."""
+    failures = []
+    for row in report["rows"]:
+        if max_single and row["kind"] == "statistic" and (row["exact"] > max_single[0]
+                                                          or row["within_one"] > max_single[1]):
+            failures.append(f"{row['name']} {row['exact']:.1%} exact, {row['within_one']:.1%} within one")
+        if max_combined is not None and row["kind"] == "combined" and row["exact"] > max_combined:
+            failures.append(f"{row['name']} {row['exact']:.1%} exact")
+    return failures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -495,7 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         report["seconds_per_image_per_worker"] = seconds * args.workers / len(paths)
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    return 0
+    failures = gate_failures(report, args.max_single, args.max_combined)
+    for failure in failures:
+        print(f"above the allowed accuracy: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -163,14 +163,14 @@ def test_uniform_loop_count_is_the_first_draw_of_the_sample_stream():
 
 
 @pytest.mark.parametrize("n", [500, 7 * 13 + 3, 1, 6])
-def test_balanced_answers_are_equal_within_one(n):
+def test_equal_answers_are_equal_within_one(n):
     counts = np.bincount([creation.loop_count(Config(n=n, seed=9), i, None) for i in range(n)])[5:]
     assert len(counts) == 7 or n < 7
     assert counts.max() - counts.min() <= 1 and counts.sum() == n
     assert counts.min() >= n // 7
 
 
-def test_balanced_answers_depend_on_the_seed_and_not_on_n():
+def test_equal_answers_depend_on_the_seed_and_not_on_n():
     orders = [[creation.loop_count(Config(n=n, seed=seed), i, None) for i in range(21)]
               for n, seed in ((21, 0), (500, 0), (21, 1))]
     assert orders[0] == orders[1] != orders[2]

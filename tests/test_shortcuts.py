@@ -172,3 +172,16 @@ def test_cli_end_to_end(tmp_path, capsys):
     assert report["images"] == 6
     assert rows_by_name(report)["ink_components"]["exact"] == 1.0
     assert capsys.readouterr().out.splitlines()[-1].startswith("strongest: ")
+
+
+def test_the_ci_gate_names_a_statistic_that_leaks():
+    report = {"rows": [
+        {"name": "chance", "kind": "chance", "exact": 0.14, "within_one": 0.39},
+        {"name": "ink_px", "kind": "statistic", "exact": 0.70, "within_one": 0.99},
+        {"name": "holes", "kind": "statistic", "exact": 0.15, "within_one": 0.40},
+        {"name": "logistic regression (all)", "kind": "combined", "exact": 0.50, "within_one": 0.90},
+    ]}
+    assert shortcuts.gate_failures(report, [0.29, 0.59], 0.45) == [
+        "ink_px 70.0% exact, 99.0% within one", "logistic regression (all) 50.0% exact"]
+    assert shortcuts.gate_failures(report, [0.75, 0.995], 0.6) == []
+    assert shortcuts.gate_failures(report, None, None) == []

@@ -1,0 +1,106 @@
+"""Balanced mode: budgets, one-piece tangles, every rule kept, and the default left untouched."""
+
+import numpy as np
+import pytest
+
+import creation
+from creation import Config
+
+BALANCED = Config(n=1, seed=3, balanced=True)
+
+
+def connected_pieces(tangle):
+    """How many pieces the loops form when two loops that cross are joined."""
+    parent = list(range(len(tangle.loops)))
+
+    def root(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    between = ~tangle.crossings.is_self
+    for a, b in zip(tangle.crossings.loop_a[between], tangle.crossings.loop_b[between]):
+        parent[root(int(a))] = root(int(b))
+    return len({root(x) for x in range(len(parent))})
+
+
+def test_the_switch_is_off_by_default_and_absent_from_the_default_command():
+    assert Config().balanced is False
+    assert "--balanced" not in creation.canonical_command(Config())
+
+
+def test_the_canonical_command_regenerates_a_balanced_config():
+    cfg = Config(n=6, seed=11, balanced=True)
+    argv = creation.canonical_command(cfg).split()[2:]
+    assert argv[-1] == "--balanced"
+    assert creation.config_from_args(creation.build_parser().parse_args(argv)) == cfg
+
+
+def test_too_wide_a_loop_range_for_one_ink_budget_names_the_flags():
+    with pytest.raises(ValueError, match="--balanced.*--min-loops 3.*--max-loops 11"):
+        Config(balanced=True, min_loops=3)
+
+
+@pytest.mark.parametrize("num_loops", range(5, 12))
+def test_budgets_do_not_depend_on_n(num_loops):
+    rng = np.random.default_rng(num_loops)
+    for _ in range(50):
+        shapes = creation.balanced_shapes(Config(balanced=True), rng, num_loops)
+        perimeters = np.array([s.perimeter for s in shapes])
+        assert len(shapes) == num_loops
+        assert 11 * 750 <= perimeters.sum() <= 11 * 1000
+        assert np.all((perimeters >= 550) & (perimeters <= 2600))
+        assert np.all(np.diff(perimeters) <= 0)  # largest first
+        curls = sum(s.curls for s in shapes)
+        assert int(0.9 * (11 - num_loops)) <= curls <= int(0.9 * (11 - num_loops) + 7)
+        caps = np.array([s.crossing_cap for s in shapes])
+        assert np.all(np.diff(caps) >= 0)
+        assert np.all(caps >= 2 * np.arange(num_loops) + creation.CROSSING_SLACK)
+        assert all(2 * s.curls <= s.waypoints for s in shapes)
+
+
+def test_a_balanced_loop_has_exactly_its_perimeter():
+    rng = np.random.default_rng(0)
+    shape = creation.LoopShape(perimeter=1500.0, waypoints=12, wiggle=0.4, curls=2, crossing_cap=10.0)
+    points, _ = creation.balanced_loop(shape, BALANCED, rng)
+    assert np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum() == pytest.approx(1500.0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_curl_crosses_its_loop_once_and_steeply(seed):
+    rng = np.random.default_rng(seed)
+    shape = creation.LoopShape(perimeter=1500.0, waypoints=12, wiggle=0.0, curls=1, crossing_cap=10.0)
+    points, curvature_radius = creation.balanced_loop(shape, BALANCED, rng)
+    _, crossings, _ = creation.find_all_events([points + 512], BALANCED)
+    assert crossings.is_self.sum() == 1
+    assert crossings.angle_deg.min() >= 30
+    assert curvature_radius.min() >= BALANCED.min_curvature_radius
+
+
+@pytest.mark.parametrize("count", [9, 12])
+def test_curls_take_every_other_gap(count):
+    rng = np.random.default_rng(count)
+    cfg = Config(balanced=True, angle_jitter=0.0)  # with no wiggle either, ring points lie on the unit circle
+    shape = creation.LoopShape(perimeter=1.0, waypoints=count, wiggle=0.0, curls=count // 2, crossing_cap=0.0)
+    path = creation.balanced_waypoints(shape, cfg, rng)
+    on_ring = np.flatnonzero(np.isclose(np.hypot(*path.T), 1.0, atol=1e-9))
+    assert len(on_ring) == count and len(path) == count + 5 * (count // 2)
+    followers = np.diff(np.append(on_ring, len(path))) - 1  # curl points after each ring point
+    assert set(followers) == {0, 5}
+    assert not np.any((followers == 5) & (np.roll(followers, -1) == 5))  # no two curls side by side
+
+
+@pytest.mark.parametrize("index", range(8))
+def test_balanced_samples_keep_every_rule_in_one_piece(index):
+    rng = creation.sample_rng(BALANCED, index)
+    num_loops = creation.loop_count(BALANCED, index, rng)
+    tangle, _ = creation.sample_tangle(BALANCED, rng, num_loops, index)
+    assert len(tangle.loops) == num_loops
+    assert creation.tangle_violations(list(tangle.loops), BALANCED) == []
+    assert connected_pieces(tangle) == 1
+
+
+def test_balanced_images_regenerate_alone():
+    image, record, _ = creation.make_sample(Config(n=3, seed=4, balanced=True), 2)
+    again, record_again, _ = creation.make_sample(Config(n=3, seed=4, balanced=True), 2)
+    assert record == record_again and record["pixel_sha256"] == creation.pixel_sha256(again)
