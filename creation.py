@@ -532,14 +532,18 @@ def crossing_window_px(angle_deg: np.ndarray, cfg: Config, longest: float) -> np
     return 1.2 * cfg.min_gap / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
 
 
-def unexcused_near_pairs(near: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config) -> np.ndarray:
-    """Near-approach pairs that lie inside no crossing window of their two strands.  (K,) bool"""
+def unexcused_near_pairs(near: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
+                         longest: float) -> np.ndarray:
+    """Near-approach pairs that lie inside no crossing window of their two strands.  (K,) bool
+
+    longest is longest_segment(segs), which the caller already has.
+    """
     if len(near) == 0:
         return np.zeros(0, dtype=bool)
     u, v = near[:, 0], near[:, 1]
     swap = segs.loop[u] > segs.loop[v]
     u, v = np.where(swap, v, u), np.where(swap, u, v)
-    window = crossing_window_px(crossings.angle_deg, cfg, longest_segment(segs))[None, :]  # (1, C)
+    window = crossing_window_px(crossings.angle_deg, cfg, longest)[None, :]  # (1, C)
     same_strands = (segs.loop[u][:, None] == crossings.loop_a) & (segs.loop[v][:, None] == crossings.loop_b)
 
     def within(arc_u, arc_v):  # (K, C): both ends of a near pair inside one crossing's window
@@ -642,7 +646,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
         return None, reason
     # Most redraws fail on a crossing rule; clearance, the costlier check, runs last.
     near = find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
-    if np.any(unexcused_near_pairs(near, segs, crossings, cfg)):
+    if np.any(unexcused_near_pairs(near, segs, crossings, cfg, longest)):
         return None, "min_gap"
     return Tangle(tangle.loops + (points,), segs, cKDTree(segs.mid), tangle.crossings + crossings), None
 
@@ -666,7 +670,7 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
         faults.append("crossing_angle")
     too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
     faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
-    if np.any(unexcused_near_pairs(near, segs, crossings, cfg)):
+    if np.any(unexcused_near_pairs(near, segs, crossings, cfg, longest_segment(segs))):
         faults.append("min_gap")
     points = np.concatenate(loops)
     if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
@@ -972,24 +976,26 @@ def generator_files(out_dir: Path) -> list[Path]:
     return found + sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
 
 
-def file_identity(path: Path) -> dict | None:
+def declared_identity(document: dict | None) -> dict | None:
+    """The identity a data.json document, or a journal or shard header, declares."""
+    if not isinstance(document, dict):
+        return None
+    return {"generator_version": document.get("generator_version"), "config": document.get("config")}
+
+
+def read_generator_file(path: Path) -> tuple[dict | None, list]:
+    """Identity and records of data.json, a journal or a shard file, in one read.
+
+    (None, []) when it is unreadable, or gone because a concurrent merge consumed it.
+    """
     try:
         if path.name == DATA_FILE:
             document = json.loads(path.read_text(encoding="utf-8"))
-            return {"generator_version": document.get("generator_version"), "config": document.get("config")}
-        header, _ = read_headed_jsonl(path)
-        return header and {"generator_version": header.get("generator_version"), "config": header.get("config")}
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
-def records_on_disk(path: Path) -> list[dict]:
-    try:
-        if path.name == DATA_FILE:
-            return json.loads(path.read_text(encoding="utf-8"))["samples"]
-        return read_headed_jsonl(path)[1]
-    except FileNotFoundError:  # a concurrent merge consumed it
-        return []
+            return declared_identity(document), document.get("samples", [])
+        header, rows = read_headed_jsonl(path)
+        return declared_identity(header), rows
+    except (OSError, ValueError):
+        return None, []
 
 
 def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) -> dict[int, dict]:
@@ -1002,7 +1008,7 @@ def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) ->
     """
     mine, foreign = [], []
     for path in generator_files(out_dir):
-        found = file_identity(path)
+        found, records = read_generator_file(path)
         if found is None:
             if path == journal:
                 path.unlink()  # killed before its first line was written
@@ -1010,7 +1016,7 @@ def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) ->
         if found != identity(cfg):
             foreign.append(path)
         elif path == journal or not path.name.startswith(".progress"):
-            mine.append(path)
+            mine.append(records)
     if foreign and not overwrite:
         raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
                            "choose another --out or pass --overwrite to replace it")
@@ -1020,8 +1026,8 @@ def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) ->
         (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
         remove_stale_images(out_dir, cfg.n)
     known = {}
-    for path in mine:
-        for record in records_on_disk(path):
+    for records in mine:
+        for record in records:
             if isinstance(record, dict) and isinstance(record.get("index"), int):
                 known[record["index"]] = record
     return known
@@ -1210,7 +1216,7 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
     shard_count = None
     for path in paths:
         header, rows = read_headed_jsonl(path)
-        if file_identity(path) != identity(cfg):
+        if declared_identity(header) != identity(cfg):
             raise DatasetError(f"{path.name} belongs to a different dataset (other seed, n or config)")
         shard = Shard(header["shard"], header["of"])
         if shard_count not in (None, shard.m):
