@@ -790,16 +790,25 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     step = np.concatenate([np.roll(p, -1, axis=0) for p in loops]) - start  # (S, 2)
     step_sq = np.maximum(np.einsum("ij,ij->i", step, step), 1e-12)
     window = pixel_window(half + 0.5 + np.sqrt(step_sq.max()) / 2)  # (W, 2)
-    pixel = np.floor(start + step / 2).astype(np.int64)[:, None, :] + window[None]  # (S, W, 2)
-    to_pixel = pixel + 0.5 - start[:, None, :]  # from each segment's start to each pixel centre
-    along = np.clip((to_pixel[..., 0] * step[:, 0, None] + to_pixel[..., 1] * step[:, 1, None])
-                    / step_sq[:, None], 0.0, 1.0)  # (S, W) position of the closest point on the segment
-    distance = np.hypot(to_pixel[..., 0] - along * step[:, 0, None], to_pixel[..., 1] - along * step[:, 1, None])
-    cover = np.clip(half + 0.5 - distance, 0.0, 1.0)
-    inked = (cover > 0) & np.all((pixel >= 0) & (pixel < cfg.size), axis=2)
-    coverage = np.zeros(cfg.size * cfg.size, dtype=np.float32)
-    np.maximum.at(coverage, pixel[inked][:, 1] * cfg.size + pixel[inked][:, 0], cover[inked].astype(np.float32))
-    return coverage.reshape(cfg.size, cfg.size)
+    home = np.floor(start + step / 2)  # the pixel holding each segment's midpoint
+    base = home + 0.5 - start  # from each segment's start to that pixel's centre
+    # The window offsets are integers shared by every segment, so each (segment,
+    # offset) dot product splits into a per-segment term plus one matrix product.
+    along_dot = np.einsum("ij,ij->i", base, step)[:, None] + step @ window.T  # (S, W)
+    to_pixel_sq = (np.einsum("ij,ij->i", base, base)[:, None] + 2 * (base @ window.T)
+                   + np.einsum("ij,ij->i", window, window)[None])
+    along = np.clip(along_dot / step_sq[:, None], 0.0, 1.0)  # closest point on the segment, 0 at its start
+    distance = np.sqrt(np.maximum(to_pixel_sq - along * (2 * along_dot - along * step_sq[:, None]), 0.0))
+    cover = half + 0.5 - distance
+    inked = cover > 0
+    # A margin as wide as the window keeps every offset on the padded canvas, so nothing needs a bounds check.
+    pad = int(np.abs(window).max())
+    side = cfg.size + 2 * pad
+    home_flat = (home[:, 1].astype(np.int64) + pad) * side + home[:, 0].astype(np.int64) + pad
+    pixel_flat = (home_flat[:, None] + (window[:, 1] * side + window[:, 0])[None])[inked]
+    coverage = np.zeros(side * side, dtype=np.float32)
+    np.maximum.at(coverage, pixel_flat, np.minimum(cover[inked], 1.0).astype(np.float32))
+    return coverage.reshape(side, side)[pad:pad + cfg.size, pad:pad + cfg.size]
 
 
 def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Generator) -> Image.Image:
