@@ -189,6 +189,38 @@ def test_impossible_sample_names_index_seed_and_knob():
         creation.sample_tangle(cfg, creation.sample_rng(cfg, 4), 11, 4)
 
 
+# --- the segment grid ---------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), radius=st.floats(0.5, 30.0), count=st.integers(0, 400))
+def test_grid_finds_exactly_the_pairs_within_radius(seed, radius, count):
+    rng = np.random.default_rng(seed)
+    size = 64  # small, so points crowd into shared and edge cells
+    # Whole and half pixels put some pairs exactly at the radius and some points on cell borders.
+    mids = np.round(rng.uniform(0, size, (count, 2)) * 2) / 2
+    queries = np.round(rng.uniform(-2, size + 2, (50, 2)) * 2) / 2
+    grid = creation.build_grid(mids, size)
+    point, segment = creation.grid_pairs(grid, queries, radius)
+    found = sorted(zip(point.tolist(), segment.tolist()))
+    expected = np.argwhere(np.linalg.norm(queries[:, None] - mids[None], axis=2) <= radius)
+    assert found == sorted(map(tuple, expected.tolist()))
+
+
+def test_incremental_crossings_match_a_whole_tangle_search():
+    """The sampler finds crossings loop by loop through the grid; a k-d tree over the finished tangle must agree."""
+    cfg = Config(n=40, seed=3)
+    rng = creation.sample_rng(cfg, 5)
+    tangle, _ = creation.sample_tangle(cfg, rng, 9, 5)
+    _, whole, _ = creation.find_all_events(list(tangle.loops), cfg)
+    assert len(whole) > 9
+
+    def rows(crossings):
+        return sorted(zip(crossings.loop_a.tolist(), crossings.loop_b.tolist(), *np.round(crossings.point, 6).T.tolist()))
+
+    assert rows(tangle.crossings) == rows(whole)
+
+
 # --- brute-force oracle for accepted samples --------------------------------
 
 

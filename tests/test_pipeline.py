@@ -204,3 +204,20 @@ def test_palette_png_decodes_to_exactly_the_rendered_colours(tmp_path):
     # Every colour lies on the line from ink to paper, darker tone for darker colour.
     assert np.all(np.diff(ramp.astype(int), axis=0) >= 0)
     assert len(np.unique(tone)) > 100  # noise and antialiasing use the ramp, not two colours
+
+
+def test_canvas_noise_is_rounded_gaussian_on_bare_and_inked_pixels():
+    cfg = creation.Config(n=3, seed=5)
+    rng = creation.sample_rng(cfg, 0)
+    tangle, _ = creation.sample_tangle(cfg, rng, 6, 0)
+    tone = np.asarray(creation.render_loops(tangle.loops, cfg, rng)).astype(float)
+    coverage = creation.stroke_coverage(tangle.loops, cfg)
+    bare = tone[coverage == 0]
+    # Gaussian noise rounded to whole tones has variance sigma^2 + 1/12.
+    assert abs(bare.mean() - creation.PAPER_TONE) < 0.02
+    assert abs(bare.std() - np.sqrt(creation.NOISE_SIGMA_TONE ** 2 + 1 / 12)) < 0.02
+    # Fully inked pixels carry the same noise around the ink tone.
+    solid = tone[coverage == 1]
+    assert len(solid) > 10_000
+    assert abs(solid.mean() - creation.INK_TONE) < 0.1
+    assert abs(solid.std() - creation.NOISE_SIGMA_TONE) < 0.1
