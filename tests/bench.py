@@ -6,13 +6,15 @@
 Prints medians: seconds per image for each stage (sampling the loops,
 rendering, PNG encoding, hashing the pixels, writing the file), the encode
 floor (encoding the final image, nothing else) and the whole pipeline's
-ratio to it, bytes per image, end-to-end images/s with 1 and 2 workers
-measured in the same run, and the peak resident memory of one worker process
-for two dataset sizes (it should not grow with --n).
+ratio to it, bytes per image, end-to-end images/s with 1 and 2 workers for
+the generator and for the plain prototype in tests/reference.py, all
+measured in the same run, and the peak resident memory of one worker
+process for two dataset sizes (it should not grow with --n).
 """
 
 import argparse
 import io
+import multiprocessing
 import os
 import platform
 import resource
@@ -26,11 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import creation  # noqa: E402
+import reference  # noqa: E402
 
 
 def stage_times(cfg, indices):
     """Per-image seconds of each stage, and the encoded sizes."""
-    stages = {name: [] for name in ("sample", "render", "encode", "hash", "write", "total")}
+    stages = {name: [] for name in ("sample", "render", "encode", "hash", "write", "total", "rgb_zlib6")}
     sizes = []
     with tempfile.TemporaryDirectory() as tmp:
         for index in indices:
@@ -52,6 +55,10 @@ def stage_times(cfg, indices):
                                   ("write", done - after_hash), ("total", done - clock)):
                 stages[name].append(seconds)
             sizes.append(len(buffer.getvalue()))
+            # Context only, outside the total: what the prototype's encoder takes for the same picture.
+            clock = time.perf_counter()
+            image.convert("RGB").save(io.BytesIO(), format="PNG")
+            stages["rgb_zlib6"].append(time.perf_counter() - clock)
     return stages, sizes
 
 
@@ -61,6 +68,23 @@ def images_per_second(n, workers, repeats):
         with tempfile.TemporaryDirectory() as tmp:
             clock = time.perf_counter()
             creation.generate_dataset(creation.Config(n=n, seed=0), Path(tmp), workers, quiet=True)
+            rates.append(n / (time.perf_counter() - clock))
+    return statistics.median(rates)
+
+
+def reference_images_per_second(n, workers, repeats):
+    """The same measure for the prototype, its images spread over a pool as creation.py spreads its own."""
+    rates = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            jobs = [(0, index, Path(tmp) / f"{index}.png") for index in range(n)]
+            clock = time.perf_counter()
+            if workers == 1:
+                for job in jobs:
+                    reference.make_reference_image(*job)
+            else:
+                with multiprocessing.Pool(workers) as pool:
+                    pool.starmap(reference.make_reference_image, jobs, chunksize=1)
             rates.append(n / (time.perf_counter() - clock))
     return statistics.median(rates)
 
@@ -81,12 +105,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=3, help="end-to-end runs per worker count (default 3)")
     args = parser.parse_args()
     cfg = creation.Config()
+    creation.keep_freed_memory()  # as every generation run does, so stages are timed as they run there
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     stages, sizes = stage_times(cfg, range(args.images))
     medians = {name: statistics.median(times) for name, times in stages.items()}
     print("per image, median seconds:")
     for name, seconds in medians.items():
-        print(f"  {name:<8}{seconds:8.4f}")
+        label = "(the same image as RGB at zlib level 6, not part of total)" if name == "rgb_zlib6" else ""
+        print(f"  {name:<10}{seconds:8.4f} {label}")
     ratios = [t / e for t, e in zip(stages["total"], stages["encode"])]
     print(f"encode floor {medians['encode']:.4f} s; pipeline / encode: median {statistics.median(ratios):.2f}x "
           f"(ratio of medians {medians['total'] / medians['encode']:.2f}x)")
@@ -95,6 +121,10 @@ def main():
     two = images_per_second(args.images, 2, args.repeats)
     print(f"end to end: {one:.2f} images/s with 1 worker, {two:.2f} with 2 ({two / one:.2f}x); "
           f"--n 500 would take {500 / two:.0f} s on 2 workers")
+    ref_one = reference_images_per_second(args.images, 1, args.repeats)
+    ref_two = reference_images_per_second(args.images, 2, args.repeats)
+    print(f"prototype (tests/reference.py): {ref_one:.2f} images/s with 1 worker, {ref_two:.2f} with 2; "
+          f"generator / prototype: {one / ref_one:.2f}x on 1 worker, {two / ref_two:.2f}x on 2")
     small, large = worker_peak_rss_mb(20), worker_peak_rss_mb(120)
     print(f"peak RSS of one worker: {small:.0f} MiB at --n 20, {large:.0f} MiB at --n 120")
     print(f"(self: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
