@@ -370,8 +370,9 @@ def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tu
 
 def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
     """Shift a loop to a uniform position whose every point stays inside the margin."""
-    low = cfg.interior_margin - points.min(axis=0)
-    high = cfg.size - cfg.interior_margin - points.max(axis=0)
+    xs, ys = points.T  # per column: numpy's axis-0 reductions of (P, 2) arrays are several times slower
+    low = cfg.interior_margin - np.array([xs.min(), ys.min()])
+    high = cfg.size - cfg.interior_margin - np.array([xs.max(), ys.max()])
     if np.any(low > high):
         return None
     return points + rng.uniform(low, high)
@@ -637,13 +638,13 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     in_canvas = (rows >= 0) & (rows < grid.columns)
     rows = np.clip(rows, 0, grid.columns - 1) * grid.columns
     run_start = grid.first[rows + np.maximum(col - reach, 0)[:, None]]
-    run_length = np.where(in_canvas, grid.first[rows + np.minimum(col + reach, grid.columns - 1)[:, None] + 1]
-                          - run_start, 0).ravel()
+    run_stop = grid.first[rows + np.minimum(col + reach, grid.columns - 1)[:, None] + 1]
+    point, run = np.nonzero(in_canvas & (run_stop > run_start))  # most runs are empty
+    start, length = run_start[point, run], run_stop[point, run] - run_start[point, run]
     # Expand each run into its members: position = run start + rank within the run.
-    rank = np.arange(run_length.sum()) - np.repeat(np.cumsum(run_length) - run_length, run_length)
-    segment = grid.order[np.repeat(run_start.ravel(), run_length) + rank]
-    point = np.repeat(np.arange(len(points)), rows.shape[1])
-    point = np.repeat(point, run_length)
+    rank = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
+    segment = grid.order[np.repeat(start, length) + rank]
+    point = np.repeat(point, length)
     gap = points[point] - grid.mid[segment]
     close = np.einsum("ij,ij->i", gap, gap) <= radius * radius
     return point[close], segment[close]
