@@ -447,8 +447,8 @@ class Crossings:
 
 
 def arc_distance(a: np.ndarray, b: np.ndarray, perimeter: np.ndarray) -> np.ndarray:
-    """Distance along a closed loop between two arc positions, going the short way round."""
-    d = np.abs(a - b) % perimeter
+    """Distance along a closed loop between two arc positions in [0, perimeter), going the short way round."""
+    d = np.abs(a - b)
     return np.minimum(d, perimeter - d)
 
 
