@@ -1,6 +1,6 @@
 """Speed, size and memory of the generator at default settings (not a test: run it by hand).
 
-    python tests/bench.py                  # about two minutes on 2 cores
+    python tests/bench.py                  # about three minutes on 2 cores
     python tests/bench.py --images 40 --repeats 3
 
 Prints medians: seconds per image for each stage (sampling the loops,
