@@ -1,0 +1,45 @@
+"""A change to the output must come with a new GENERATOR_VERSION.
+
+The version is part of a dataset's identity: a resumed run keeps every image
+whose pixel hash matches a journalled record of the same identity. If the
+output changed under an unchanged version, a run resumed across the change
+would mix old and new images without noticing. CI's byte comparison of the
+committed dataset catches a forgotten regeneration, not a forgotten bump;
+this test catches the bump.
+"""
+
+import hashlib
+import json
+from pathlib import Path
+
+import creation
+
+FINGERPRINTS = Path(__file__).with_name("output_fingerprints.json")
+# A few samples from each mode whose output a change could touch alone.
+PROBES = [
+    (creation.Config(n=7, seed=0), range(3)),
+    (creation.Config(n=7, seed=1, balanced=True), range(2)),
+    (creation.Config(n=5, seed=2, answers="uniform", stroke_width=5.0, size=768, min_radius=100,
+                     max_radius=200, min_loops=3, max_loops=6), range(2)),
+]
+
+
+def output_fingerprint() -> str:
+    digest = hashlib.sha256()
+    for cfg, indices in PROBES:
+        for index in indices:
+            _, record, _ = creation.make_sample(cfg, index)
+            digest.update(json.dumps(record, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def test_output_changes_come_with_a_new_generator_version():
+    recorded = json.loads(FINGERPRINTS.read_text())
+    current = output_fingerprint()
+    assert list(recorded)[-1] == creation.GENERATOR_VERSION, (
+        f"GENERATOR_VERSION {creation.GENERATOR_VERSION} has no fingerprint: add "
+        f'"{creation.GENERATOR_VERSION}": "{current}" at the end of {FINGERPRINTS.name}')
+    assert recorded[creation.GENERATOR_VERSION] == current, (
+        f"the output changed under version {creation.GENERATOR_VERSION}: bump GENERATOR_VERSION, regenerate "
+        f'the committed dataset, and add "<new version>": "{current}" to {FINGERPRINTS.name}')
+    assert len(set(recorded.values())) == len(recorded), "two versions claim the same output"
