@@ -599,7 +599,7 @@ def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, 
     return None
 
 
-GRID_CELL_PX = 4.0  # a little over the longest segment at default settings, so crossings need 3 x 3 cells
+GRID_CELL_PX = 4.0  # above the longest segment at default settings (~2.5 px), so a crossing search reads 3 x 3 cells
 
 
 @dataclass(frozen=True)
@@ -844,8 +844,8 @@ def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     Spelled out rather than `@`: a BLAS product would start threads of its own
     that fight the worker processes for the cores (2 workers ran 1.3x one worker instead of 1.9x).
     """
-    product = np.multiply.outer(vectors[:, 0], offsets[:, 0].astype(np.float64))
-    product += np.multiply.outer(vectors[:, 1], offsets[:, 1].astype(np.float64))
+    product = np.multiply.outer(vectors[:, 0], offsets[:, 0])
+    product += np.multiply.outer(vectors[:, 1], offsets[:, 1])
     return product
 
 
