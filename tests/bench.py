@@ -3,7 +3,8 @@
     python tests/bench.py                  # about three minutes on 2 cores
     python tests/bench.py --images 40 --repeats 3
 
-Prints medians: seconds per image for each stage (sampling the loops,
+Prints medians: seconds per image for each stage (sampling the loops, split
+into drawing candidate loops and validating them against the placed ones;
 rendering, PNG encoding, hashing the pixels, writing the file), the encode
 floor (encoding the final image, nothing else) and the whole pipeline's
 ratio to it, bytes per image, end-to-end images/s with 1 and 2 workers for
@@ -31,16 +32,43 @@ import creation  # noqa: E402
 import reference  # noqa: E402
 
 
+class Stopwatch:
+    """Wraps a function of creation.py and adds up the time spent in it."""
+
+    def __init__(self, name):
+        self.name, self.seconds, self.original = name, 0.0, getattr(creation, name)
+
+    def __call__(self, *args, **kwargs):
+        clock = time.perf_counter()
+        try:
+            return self.original(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - clock
+
+
 def stage_times(cfg, indices):
-    """Per-image seconds of each stage, and the encoded sizes."""
-    stages = {name: [] for name in ("sample", "render", "encode", "hash", "write", "total", "rgb_zlib6")}
+    """Per-image seconds of each stage, and the encoded sizes.
+
+    Sampling draws a candidate loop and validation checks it against the
+    loops placed so far, alternately, so the two are told apart by timing the
+    functions that do each (sample = draw + validate + a little bookkeeping).
+    """
+    stages = {name: [] for name in ("sample", "draw", "validate", "render", "encode", "hash", "write", "total",
+                                    "rgb_zlib6")}
     sizes = []
     with tempfile.TemporaryDirectory() as tmp:
         for index in indices:
+            draw, validate = Stopwatch("draw_loop"), Stopwatch("try_add_loop")
+            creation.draw_loop, creation.try_add_loop = draw, validate
             clock = time.perf_counter()
             rng = creation.sample_rng(cfg, index)
-            tangle, _ = creation.sample_tangle(cfg, rng, creation.loop_count(cfg, index, rng), index)
+            try:
+                tangle, _ = creation.sample_tangle(cfg, rng, creation.loop_count(cfg, index, rng), index)
+            finally:
+                creation.draw_loop, creation.try_add_loop = draw.original, validate.original
             after_sample = time.perf_counter()
+            stages["draw"].append(draw.seconds)
+            stages["validate"].append(validate.seconds)
             image = creation.render_loops(tangle.loops, cfg, rng)
             after_render = time.perf_counter()
             buffer = io.BytesIO()
@@ -111,7 +139,8 @@ def main():
     medians = {name: statistics.median(times) for name, times in stages.items()}
     print("per image, median seconds:")
     for name, seconds in medians.items():
-        label = "(the same image as RGB at zlib level 6, not part of total)" if name == "rgb_zlib6" else ""
+        label = {"draw": "(of sample: drawing candidate loops)", "validate": "(of sample: validating them)",
+                 "rgb_zlib6": "(the same image as RGB at zlib level 6, not part of total)"}.get(name, "")
         print(f"  {name:<10}{seconds:8.4f} {label}")
     ratios = [t / e for t, e in zip(stages["total"], stages["encode"])]
     print(f"encode floor {medians['encode']:.4f} s; pipeline / encode: median {statistics.median(ratios):.2f}x "
