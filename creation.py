@@ -506,15 +506,20 @@ def separate_strand_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.
     return pairs[separate]
 
 
-def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:
-    """Crossings among candidate pairs of separate strands."""
-    u, v = pairs[:, 0], pairs[:, 1]
-    hit, point, angle = intersect_segments(segs.start[u], segs.end[u], segs.start[v], segs.end[v])
+def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.ndarray) -> Crossings:
+    """Crossings among candidate pairs of separate strands, segment first[i[m]] against second[j[m]]."""
+    hit, point, angle = intersect_segments(first.start[i], first.end[i], second.start[j], second.end[j])
+    i, j = i[hit], j[hit]
     # Order each crossing's sides by loop id so a pair of loops has one key.
-    cu, cv = u[hit], v[hit]
-    swap = segs.loop[cu] > segs.loop[cv]
-    a, b = np.where(swap, cv, cu), np.where(swap, cu, cv)
-    return Crossings(point[hit], angle[hit], segs.loop[a], segs.loop[b], segs.arc[a], segs.arc[b])
+    swap = first.loop[i] > second.loop[j]
+    return Crossings(point[hit], angle[hit],
+                     np.where(swap, second.loop[j], first.loop[i]), np.where(swap, first.loop[i], second.loop[j]),
+                     np.where(swap, second.arc[j], first.arc[i]), np.where(swap, first.arc[i], second.arc[j]))
+
+
+def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:
+    """Crossings among candidate pairs (M, 2) of rows of segs."""
+    return crossings_between(segs, segs, pairs[:, 0], pairs[:, 1])
 
 
 def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
@@ -676,19 +681,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
     the crossings between loops within its crossing_cap.
     """
     new = loop_segments(points, len(tangle.loops))
-    segs = concat_segments([tangle.segs, new])
-    offset = len(tangle.segs)
     longest = max(tangle.longest, longest_segment(new))
-
-    def pairs_with_old(radius: float) -> np.ndarray:  # (M, 2) rows of segs, the new loop's row first
-        mine, theirs = grid_pairs(tangle.grid, new.mid, radius)
-        return np.column_stack([mine + offset, theirs])
-
-    def pairs_within_new(radius: float) -> np.ndarray:
-        found = cKDTree(new.mid).query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
-        return separate_strand_pairs(segs, found, cfg)
-
-    between = find_crossings(segs, pairs_with_old(longest))
+    between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
     if shape is not None:
         # One piece: a loop floating apart is easy to count.
         if tangle.loops and len(between) == 0:
@@ -699,6 +693,17 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
     # that before looking for self-crossings, which the same rule would reject anyway.
     if np.any(between.angle_deg < cfg.min_crossing_angle):
         return None, "crossing_angle"
+    segs = concat_segments([tangle.segs, new])
+    offset = len(tangle.segs)
+
+    def pairs_with_old(radius: float) -> np.ndarray:  # (M, 2) rows of segs, the new loop's row first
+        mine, theirs = grid_pairs(tangle.grid, new.mid, radius)
+        return np.column_stack([mine + offset, theirs])
+
+    def pairs_within_new(radius: float) -> np.ndarray:
+        found = cKDTree(new.mid).query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
+        return separate_strand_pairs(segs, found, cfg)
+
     crossings = between + find_crossings(segs, pairs_within_new(longest))
     reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
     if reason is not None:
