@@ -1,6 +1,6 @@
 """Speed, size and memory of the generator at default settings (not a test: run it by hand).
 
-    python tests/bench.py                  # about three minutes on 2 cores
+    python tests/bench.py                  # about four minutes on 2 cores
     python tests/bench.py --images 40 --repeats 3
 
 Prints medians: seconds per image for each stage (sampling the loops, split
@@ -8,7 +8,8 @@ into drawing candidate loops and validating them against the placed ones;
 rendering, PNG encoding, hashing the pixels, writing the file), the encode
 floor (encoding the final image, nothing else) and the whole pipeline's
 ratio to it, bytes per image, end-to-end images/s with 1 and 2 workers for
-the generator and for the plain prototype in tests/reference.py, all
+the generator and for the plain prototype in tests/reference.py (and for
+the generator alone once more over a longer run, for scaling), all
 measured in the same run, and the peak resident memory of one worker
 process for two dataset sizes (it should not grow with --n).
 """
@@ -131,6 +132,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=40, help="images per measurement (default 40)")
     parser.add_argument("--repeats", type=int, default=3, help="end-to-end runs per worker count (default 3)")
+    parser.add_argument("--long-run", type=int, default=140,
+                        help="images in the longer end-to-end run that measures scaling (default 140)")
     args = parser.parse_args()
     cfg = creation.Config()
     creation.keep_freed_memory()  # as every generation run does, so stages are timed as they run there
@@ -150,6 +153,11 @@ def main():
     two = images_per_second(args.images, 2, args.repeats)
     print(f"end to end: {one:.2f} images/s with 1 worker, {two:.2f} with 2 ({two / one:.2f}x); "
           f"--n 500 would take {500 / two:.0f} s on 2 workers")
+    # In a short run the last, slowest image leaves one worker idle; a longer run shows the steady state.
+    long_one = images_per_second(args.long_run, 1, args.repeats)
+    long_two = images_per_second(args.long_run, 2, args.repeats)
+    print(f"end to end, {args.long_run} images: {long_one:.2f} images/s with 1 worker, {long_two:.2f} with 2 "
+          f"({long_two / long_one:.2f}x)")
     ref_one = reference_images_per_second(args.images, 1, args.repeats)
     ref_two = reference_images_per_second(args.images, 2, args.repeats)
     print(f"prototype (tests/reference.py): {ref_one:.2f} images/s with 1 worker, {ref_two:.2f} with 2; "
