@@ -695,13 +695,14 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
         return None, "crossing_angle"
     segs = concat_segments([tangle.segs, new])
     offset = len(tangle.segs)
+    new_tree = cKDTree(new.mid)
 
     def pairs_with_old(radius: float) -> np.ndarray:  # (M, 2) rows of segs, the new loop's row first
         mine, theirs = grid_pairs(tangle.grid, new.mid, radius)
         return np.column_stack([mine + offset, theirs])
 
     def pairs_within_new(radius: float) -> np.ndarray:
-        found = cKDTree(new.mid).query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
+        found = new_tree.query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
         return separate_strand_pairs(segs, found, cfg)
 
     crossings = between + find_crossings(segs, pairs_within_new(longest))
