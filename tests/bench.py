@@ -37,7 +37,7 @@ class Stopwatch:
     """Wraps a function of creation.py and adds up the time spent in it."""
 
     def __init__(self, name):
-        self.name, self.seconds, self.original = name, 0.0, getattr(creation, name)
+        self.seconds, self.original = 0.0, getattr(creation, name)
 
     def __call__(self, *args, **kwargs):
         clock = time.perf_counter()
