@@ -539,21 +539,21 @@ def crossing_window_px(angle_deg: np.ndarray, cfg: Config, longest: float) -> np
     return 1.2 * cfg.min_gap / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
 
 
-def unexcused_near_pairs(near: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
-                         longest: float) -> np.ndarray:
-    """Near-approach pairs that lie inside no crossing window of their two strands.  (K,) bool
+def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
+                    longest: float) -> np.ndarray:
+    """Which segment pairs (K, 2) lie inside no crossing window of their two strands.  (K,) bool
 
     longest is longest_segment(segs), which the caller already has.
     """
-    if len(near) == 0:
+    if len(pairs) == 0:
         return np.zeros(0, dtype=bool)
-    u, v = near[:, 0], near[:, 1]
+    u, v = pairs[:, 0], pairs[:, 1]
     swap = segs.loop[u] > segs.loop[v]
     u, v = np.where(swap, v, u), np.where(swap, u, v)
     window = crossing_window_px(crossings.angle_deg, cfg, longest)[None, :]  # (1, C)
     same_strands = (segs.loop[u][:, None] == crossings.loop_a) & (segs.loop[v][:, None] == crossings.loop_b)
 
-    def within(arc_u, arc_v):  # (K, C): both ends of a near pair inside one crossing's window
+    def within(arc_u, arc_v):  # (K, C): both segments of a pair inside one crossing's window
         return ((arc_distance(segs.arc[u][:, None], arc_u, segs.perimeter[u][:, None]) <= window)
                 & (arc_distance(segs.arc[v][:, None], arc_v, segs.perimeter[v][:, None]) <= window))
 
@@ -709,10 +709,12 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
     reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
     if reason is not None:
         return None, reason
-    # Clearance, the costlier check, runs last.
+    # Clearance, the costlier check, runs last. Nearly every close pair sits at a
+    # crossing, so the pairs a crossing excuses are set aside before measuring distances.
     radius = cfg.min_gap + longest
-    near = find_near_pairs(segs, np.concatenate([pairs_with_old(radius), pairs_within_new(radius)]), cfg)
-    if np.any(unexcused_near_pairs(near, segs, crossings, cfg, longest)):
+    candidates = np.concatenate([pairs_with_old(radius), pairs_within_new(radius)])
+    suspects = candidates[unexcused_pairs(candidates, segs, crossings, cfg, longest)]
+    if len(find_near_pairs(segs, suspects, cfg)):
         return None, "min_gap"
     return Tangle(tangle.loops + (points,), segs, build_grid(segs.mid, cfg.size), tangle.crossings + crossings,
                   longest), None
@@ -737,7 +739,7 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
         faults.append("crossing_angle")
     too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
     faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
-    if np.any(unexcused_near_pairs(near, segs, crossings, cfg, longest_segment(segs))):
+    if np.any(unexcused_pairs(near, segs, crossings, cfg, longest_segment(segs))):
         faults.append("min_gap")
     points = np.concatenate(loops)
     if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
