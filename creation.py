@@ -562,6 +562,16 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg
     return ~np.any(same_strands & inside, axis=1)
 
 
+def clearance_faults(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
+                     longest: float) -> np.ndarray:
+    """The pairs (K, 2) closer than min_gap that no crossing excuses: any at all breaks the clearance rule.
+
+    Nearly every close pair sits at a crossing, so the excused ones are set
+    aside before the costlier exact distances are measured.
+    """
+    return find_near_pairs(segs, pairs[unexcused_pairs(pairs, segs, crossings, cfg, longest)], cfg)
+
+
 def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
     """Whether any new crossing is too close to another crossing, any or of the same two loops.
 
@@ -709,12 +719,10 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
     reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
     if reason is not None:
         return None, reason
-    # Clearance, the costlier check, runs last. Nearly every close pair sits at a
-    # crossing, so the pairs a crossing excuses are set aside before measuring distances.
+    # Clearance, the costlier check, runs last.
     radius = cfg.min_gap + longest
     candidates = np.concatenate([pairs_with_old(radius), pairs_within_new(radius)])
-    suspects = candidates[unexcused_pairs(candidates, segs, crossings, cfg, longest)]
-    if len(find_near_pairs(segs, suspects, cfg)):
+    if len(clearance_faults(candidates, segs, crossings, cfg, longest)):
         return None, "min_gap"
     return Tangle(tangle.loops + (points,), segs, build_grid(segs.mid, cfg.size), tangle.crossings + crossings,
                   longest), None
@@ -739,7 +747,7 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
         faults.append("crossing_angle")
     too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
     faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
-    if np.any(unexcused_pairs(near, segs, crossings, cfg, longest_segment(segs))):
+    if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
         faults.append("min_gap")
     points = np.concatenate(loops)
     if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
