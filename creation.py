@@ -25,6 +25,7 @@ import bisect
 import ctypes
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from multiprocessing import Pool
 from pathlib import Path
 from statistics import NormalDist
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -1163,11 +1164,11 @@ def remove_stale_images(out_dir: Path, n: int) -> None:
     (out_dir / REVIEW_DIR / CONTACT_SHEET_FILE).unlink(missing_ok=True)
 
 
-def remove_temporaries(out_dir: Path, owned: set[str]) -> None:
+def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
     """Delete temporaries a killed run left behind, only for files this run writes.
 
     Another shard may be writing its own temporaries into the same folder
-    right now, so nothing outside `owned` is touched.
+    right now, so only names for which owns(name) holds are touched.
     """
     for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SHARDS_DIR,
                    out_dir / REVIEW_DIR, out_dir / REVIEW_DIR / "overlays"):
@@ -1175,7 +1176,7 @@ def remove_temporaries(out_dir: Path, owned: set[str]) -> None:
             continue
         for entry in os.scandir(folder):
             match = TEMPORARY_RE.match(entry.name)
-            if match and match["name"] in owned:
+            if match and owns(match["name"]):
                 os.unlink(entry.path)
 
 
@@ -1208,8 +1209,9 @@ def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> dict:
     return record
 
 
-def write_contact_sheet(out_dir: Path, records: list[dict]) -> None:
-    """The first images of the dataset in one grid, each captioned with its index and answer."""
+def write_contact_sheet(out_dir: Path, count: int) -> None:
+    """The first count images of the dataset in one grid, each captioned with its index and answer."""
+    records = list(itertools.islice(read_jsonl(out_dir / ANNOTATIONS_FILE), count))
     thumbnails = []
     for record in records:
         with Image.open(out_dir / record["image"]) as image:
@@ -1248,10 +1250,13 @@ def keep_freed_memory() -> None:
     libc.mallopt(m_top_pad, 64 << 20)
 
 
-def run_jobs(function, jobs: list, workers: int, quiet: bool, label: str):
-    """Yield function(job) for every job in order, on a pool unless workers == 1."""
+def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
+    """Yield function(job) for each of the total jobs in order, on a pool unless workers == 1.
+
+    jobs may be a generator: the pool takes jobs only as fast as its pipe to the workers drains.
+    """
     keep_freed_memory()
-    with tqdm(total=len(jobs), desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
+    with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
         if workers == 1:
             for job in jobs:
                 yield function(job)
@@ -1276,8 +1281,8 @@ def canonical_command(cfg: Config) -> str:
     return " ".join(parts)
 
 
-def dataset_document(cfg: Config, records: list[dict]) -> dict:
-    histogram = Counter(r["answer"] for r in records)
+def dataset_header(cfg: Config, histogram: Counter) -> dict:
+    """Everything data.json says before its samples; histogram counts the samples' answers."""
     return {
         "task": TASK_NAME,
         "generator_version": GENERATOR_VERSION,
@@ -1285,9 +1290,8 @@ def dataset_document(cfg: Config, records: list[dict]) -> dict:
         "command": canonical_command(cfg),
         "config": dataclasses.asdict(cfg),
         "question": QUESTION,
-        "num_samples": len(records),
+        "num_samples": sum(histogram.values()),
         "answer_histogram": {str(k): histogram[k] for k in sorted(histogram)},
-        "samples": records,
     }
 
 
@@ -1297,109 +1301,156 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def write_document(path: Path, cfg: Config, records: list[dict]) -> None:
-    """data.json exactly as json.dumps(dataset_document(...), indent=1) spells it, one sample at a time.
+def read_jsonl(path: Path, offset: int = 0) -> Iterator[dict]:
+    """The records of a JSON-lines file from a byte offset on, one at a time."""
+    with open(path, encoding="utf-8") as rows:
+        rows.seek(offset)
+        for line in rows:
+            yield json.loads(line)
 
-    Building the whole text first took about 4.4 KB of memory per sample on
-    top of the records themselves (440 MiB for 100,000 samples).
+
+def write_document(path: Path, cfg: Config, records: Callable[[], Iterable[dict]]) -> None:
+    """data.json as json.dumps({**dataset_header(...), "samples": [...]}, indent=1) spells it.
+
+    records() gives the samples afresh on each call: one pass counts the
+    answers for the header, a second writes the samples one at a time, so
+    memory does not grow with the number of samples.
     """
-    head = json.dumps({**dataset_document(cfg, records), "samples": []}, ensure_ascii=False, indent=1)
+    histogram = Counter(record["answer"] for record in records())
+    head = json.dumps({**dataset_header(cfg, histogram), "samples": []}, ensure_ascii=False, indent=1)
     empty_list = '[]\n}'  # how the head ends: the samples go in its place
     with open(path, "w", encoding="utf-8") as out:
         out.write(head[:-len(empty_list)])
-        for i, record in enumerate(records):
+        for i, record in enumerate(records()):
             sample = json.dumps(record, ensure_ascii=False, indent=1).replace("\n", "\n  ")
             out.write(("[\n  " if i == 0 else ",\n  ") + sample)
-        out.write("\n ]\n}\n" if records else empty_list + "\n")
+        out.write("\n ]\n}\n" if histogram else empty_list + "\n")
 
 
-def write_dataset_files(cfg: Config, out_dir: Path, records: list[dict]) -> None:
-    """annotations.jsonl and data.json last, so they exist only for a complete dataset."""
-    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: write_jsonl(tmp, records))
+def write_dataset_files(cfg: Config, out_dir: Path, records: Callable[[], Iterable[dict]]) -> None:
+    """annotations.jsonl and data.json last, so they exist only for a complete dataset.
+
+    records() gives every record in index order, afresh on each call.
+    """
+    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: write_jsonl(tmp, records()))
     write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records))
 
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False,
-                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False) -> list[dict]:
+                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False) -> int:
     """Make every sample of a shard (the whole dataset by default), resuming where a run stopped.
 
     Samples already on disk with their recorded pixels are kept; the rest are
     made and journalled one by one. A whole run ends by writing
-    annotations.jsonl and data.json, a shard by writing its shard file.
-    Returns the shard's records in index order.
+    annotations.jsonl and data.json, a shard by writing its shard file, both
+    read back from the journal so that no process holds every record.
+    Returns the number of samples written.
     """
     indices = shard.indices(cfg.n)
     (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
     journal = journal_path(out_dir, shard)
     known = known_records(cfg, out_dir, journal, overwrite)
-    owned = {Path(image_name(i, cfg.n)).name for i in indices}
-    owned |= {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
-    remove_temporaries(out_dir, owned)
+    files = {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
+
+    def owns(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
+        image = IMAGE_NAME_RE.match(name)
+        return name in files or (image is not None and name == Path(image_name(int(image[1]), cfg.n)).name
+                                 and int(image[1]) in indices)
+
+    remove_temporaries(out_dir, owns)
     if overlays:
         (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-    jobs = [(cfg, index, str(out_dir), known.get(index), overlays) for index in indices]
-    records = []
+    jobs = ((cfg, index, str(out_dir), known.pop(index, None), overlays) for index in indices)
     with open(journal, "a", encoding="utf-8") as log:
         if log.tell() == 0:
             log.write(json.dumps(identity(cfg)) + "\n")
         else:
             log.write("\n")  # ends a line a crash may have cut short
-        for record in run_jobs(produce_sample, jobs, workers, quiet, TASK_NAME):
+        first_record = log.tell()  # earlier lines are a previous attempt's: this run journals every record again
+        for record in run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME):
             log.write(json.dumps(record, ensure_ascii=False) + "\n")
             log.flush()
-            # Every record asks the same question; one shared copy saves a third of the records' memory.
-            record["question"] = sys.intern(record["question"])
-            records.append(record)
+
+    def records() -> Iterator[dict]:
+        return read_jsonl(journal, first_record)
+
     if shard == WHOLE_RUN:
         write_dataset_files(cfg, out_dir, records)
         for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
             path.unlink(missing_ok=True)
     else:
         (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
-        header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(records)}
-        write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, [header, *records]))
+        header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}
+        write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
         journal.unlink()
-    return records
+    return len(indices)
 
 
-def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> list[dict]:
-    """Check every shard file and image, then write the files a single run would have written."""
-    paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
-    if not paths:
-        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
-    records: dict[int, dict] = {}
-    seen: dict[int, Path] = {}
-    shard_count = None
-    for path in paths:
-        header, rows = read_headed_jsonl(path)
+def shard_rows(path: Path) -> Iterator[dict]:
+    """The records of a shard file, one at a time, after its header line."""
+    rows = read_jsonl(path)
+    next(rows, None)
+    return rows
+
+
+def checked_shard(cfg: Config, path: Path) -> Shard:
+    """Which shard a shard file holds, once every one of its records is found in order."""
+    try:
+        with open(path, encoding="utf-8") as lines:
+            header = json.loads(lines.readline() or "null")
         if declared_identity(header) != identity(cfg):
             raise DatasetError(f"{path.name} belongs to a different dataset (other seed, n or config)")
         shard = Shard(header["shard"], header["of"])
+        expected = shard.indices(cfg.n)
+        found = (row.get("index") for row in shard_rows(path))
+        complete = header.get("num_samples") == len(expected) and all(
+            got == want for got, want in itertools.zip_longest(found, expected))
+    except ValueError:  # a line that is not JSON
+        complete = False
+    if not complete:
+        raise DatasetError(f"{path.name} is incomplete or holds indices of another shard")
+    return shard
+
+
+def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> int:
+    """Check every shard file and image, then write the files a single run would have written.
+
+    Records are streamed from the shard files, taken in turn, never all held
+    at once. Returns the number of samples.
+    """
+    paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
+    if not paths:
+        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
+    by_shard: dict[int, Path] = {}
+    shard_count = None
+    for path in paths:
+        shard = checked_shard(cfg, path)
         if shard_count not in (None, shard.m):
             raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
         shard_count = shard.m
-        if shard.k in seen:
-            raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {seen[shard.k].name} and {path.name}")
-        seen[shard.k] = path
-        expected = set(shard.indices(cfg.n))
-        indices = [row.get("index") for row in rows]
-        if len(rows) != header.get("num_samples") or set(indices) != expected or len(set(indices)) != len(rows):
-            raise DatasetError(f"{path.name} is incomplete or holds indices of another shard")
-        records.update({row["index"]: row for row in rows})
-    missing = sorted(set(range(shard_count)) - set(seen))
+        if shard.k in by_shard:
+            raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
+        by_shard[shard.k] = path
+    missing = sorted(set(range(shard_count)) - set(by_shard))
     if missing:
         raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
-    ordered = [records[i] for i in range(cfg.n)]
-    jobs = [(cfg, r["index"], str(out_dir), r) for r in ordered]
-    bad = [r["image"] for r, ok in zip(ordered, run_jobs(check_image, jobs, workers, quiet, "checking")) if not ok]
+
+    def records() -> Iterator[dict]:
+        # Shard k holds indices k, k + m, k + 2m, ... in order, so taking the shards in turn gives index order.
+        streams = [shard_rows(by_shard[k]) for k in range(shard_count)]
+        return (next(streams[i % shard_count]) for i in range(cfg.n))
+
+    jobs = ((cfg, r["index"], str(out_dir), r) for r in records())
+    checked = zip(records(), run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"))
+    bad = [record["image"] for record, matches in checked if not matches]
     if bad:
         raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, first {bad[0]}")
-    write_dataset_files(cfg, out_dir, ordered)
+    write_dataset_files(cfg, out_dir, records)
     for path in paths:
         path.unlink()
     if not any((out_dir / SHARDS_DIR).iterdir()):
         (out_dir / SHARDS_DIR).rmdir()
-    return ordered
+    return cfg.n
 
 
 # ---------------------------------------------------------------------------
@@ -1952,15 +2003,15 @@ def main(argv: list[str] | None = None) -> int:
     workers = min(args.workers, cfg.n)
     try:
         if args.merge:
-            records = merge_shards(cfg, args.out, workers, args.quiet)
+            count = merge_shards(cfg, args.out, workers, args.quiet)
             done = f"merged shards into {ANNOTATIONS_FILE} and {DATA_FILE}"
         else:
             shard = args.shard or WHOLE_RUN
-            records = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays)
-            done = f"wrote {len(records)} images and " + (
+            count = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays)
+            done = f"wrote {count} images and " + (
                 f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name)
         if args.contact_sheet:
-            write_contact_sheet(args.out, records[:args.contact_sheet])
+            write_contact_sheet(args.out, min(args.contact_sheet, count))
     except KeyboardInterrupt:
         print("creation.py: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

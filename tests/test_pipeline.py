@@ -4,6 +4,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -228,6 +229,7 @@ def test_data_json_is_written_sample_by_sample_exactly_as_one_dump(tmp_path, cou
     cfg = creation.Config(n=max(count, 1), seed=4)
     records = [{"image": f"images/x_{i}.png", "answer": 5 + i, "note": "naïve — \"quoted\"\nline", "nested": [1, {"a": None}]}
                for i in range(count)]
-    creation.write_document(tmp_path / "data.json", cfg, records)
-    expected = json.dumps(creation.dataset_document(cfg, records), ensure_ascii=False, indent=1) + "\n"
+    creation.write_document(tmp_path / "data.json", cfg, lambda: iter(records))
+    header = creation.dataset_header(cfg, Counter(r["answer"] for r in records))
+    expected = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
     assert (tmp_path / "data.json").read_text(encoding="utf-8") == expected

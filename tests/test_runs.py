@@ -6,9 +6,11 @@ import signal
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 import creation
 
@@ -163,3 +165,53 @@ def test_bad_shard_is_refused(text, tmp_path):
     result = subprocess.run(command(tmp_path, "--shard", text), capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "--shard" in result.stderr
     assert listing(tmp_path) == []
+
+
+def cheap_sample(cfg, index):
+    """A stand-in for make_sample with a real record's fields but a tiny image, to isolate bookkeeping memory."""
+    image = Image.new("L", (8, 8), index % 256)
+    record = {"image": creation.image_name(index, cfg.n), "width": 8, "height": 8, "num_loops": 5,
+              "question": creation.QUESTION, "answer": 5 + index % 7, "index": index, "seed": cfg.seed,
+              "num_crossings": 20, "num_self_crossings": 0, "min_crossing_angle_deg": 31.5, "loop_redraws": 40,
+              "pixel_sha256": creation.pixel_sha256(image)}
+    return image, record, None
+
+
+def peak_traced_bytes(run):
+    tracemalloc.start()
+    try:
+        run()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("stage", ["generate", "merge"])
+def test_run_memory_does_not_grow_with_n(stage, tmp_path, monkeypatch):
+    # Holding the records would add about 1 KB per sample: 1 MB between these two runs.
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    # A first run pays one-time costs (imports, caches) that would hide the growth.
+    creation.generate_dataset(creation.Config(n=10, seed=3), tmp_path / "warm-up", workers=1, quiet=True)
+    peaks = []
+    for n in (100, 1100):
+        cfg, out = creation.Config(n=n, seed=3), tmp_path / str(n)
+        if stage == "generate":
+            peaks.append(peak_traced_bytes(lambda: creation.generate_dataset(cfg, out, workers=1, quiet=True)))
+            continue
+        for k in range(3):
+            creation.generate_dataset(cfg, out, workers=1, quiet=True, shard=creation.Shard(k, 3))
+        peaks.append(peak_traced_bytes(lambda: creation.merge_shards(cfg, out, workers=1, quiet=True)))
+        assert len((out / "annotations.jsonl").read_text(encoding="utf-8").splitlines()) == n
+    assert peaks[1] - peaks[0] < 100_000, peaks
+
+
+def test_a_shard_removes_only_its_own_leftover_temporaries(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    images = tmp_path / "images"
+    images.mkdir()
+    mine, theirs = images / ".tangled_loops_00003.png.tmp99", images / ".tangled_loops_00004.png.tmp99"
+    foreign = images / ".other_00003.png.tmp99"
+    for path in (mine, theirs, foreign):
+        path.write_bytes(b"cut short")
+    creation.generate_dataset(creation.Config(n=9, seed=3), tmp_path, workers=1, quiet=True, shard=creation.Shard(0, 3))
+    assert not mine.exists() and theirs.exists() and foreign.exists()
