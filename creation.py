@@ -63,6 +63,7 @@ QUESTION = (
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
+MIN_CLEAR_PAPER_PX = 2.0  # bare paper between two strands at their closest (5 px at the defaults)
 INK_TONE = 24  # tone of a fully covered ink pixel
 PAPER_TONE = 232  # tone of bare canvas before noise
 NOISE_SIGMA_TONE = 3.0  # std of per-pixel canvas noise, tone levels
@@ -154,6 +155,19 @@ class Config:
         for name in ("min_radius", "stroke_width"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be positive, got {getattr(self, name)}")
+        # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
+        ink_reach = self.stroke_width / 2 + 0.5
+        clear_paper = self.min_gap - 2 * ink_reach
+        if clear_paper < MIN_CLEAR_PAPER_PX:
+            raise ValueError(
+                f"--min-gap {self.min_gap:g} leaves {clear_paper:g} px of bare paper between two strands "
+                f"drawn at --stroke-width {self.stroke_width:g}; strands that close read as touching: "
+                f"raise --min-gap to at least {2 * ink_reach + MIN_CLEAR_PAPER_PX:g}")
+        if self.min_curvature_radius < ink_reach:
+            raise ValueError(
+                f"--min-curvature-radius {self.min_curvature_radius:g} is tighter than the ink's reach "
+                f"({ink_reach:g} px at --stroke-width {self.stroke_width:g}): such a bend fills in and "
+                f"reads as a blob; raise it to at least {ink_reach:g}")
         if not 0 <= self.min_crossing_angle < 90:
             raise ValueError(f"--min-crossing-angle must be in [0, 90), got {self.min_crossing_angle}")
         if self.radius_jitter >= 1:
@@ -1943,7 +1957,7 @@ def build_parser() -> OneLineParser:
     canvas.add_argument("--interior-margin", type=float, default=d.interior_margin, help=f"ink-free border, px (default {d.interior_margin:g})")
     canvas.add_argument("--stroke-width", type=float, default=d.stroke_width, help=f"line width, px (default {d.stroke_width:g})")
     rules = p.add_argument_group("traceability rules")
-    rules.add_argument("--min-gap", type=float, default=d.min_gap, help=f"closest two strands may come away from a crossing, px (default {d.min_gap:g})")
+    rules.add_argument("--min-gap", type=float, default=d.min_gap, help=f"closest two strands' centre lines may come away from a crossing, px; at least the stroke width plus 3 (default {d.min_gap:g})")
     rules.add_argument("--min-crossing-angle", type=float, default=d.min_crossing_angle, help=f"shallowest allowed crossing, degrees (default {d.min_crossing_angle:g})")
     rules.add_argument("--min-crossing-separation", type=float, default=d.min_crossing_separation, help=f"distance between any two crossings, px (default {d.min_crossing_separation:g})")
     rules.add_argument("--min-same-pair-separation", type=float, default=d.min_same_pair_separation, help=f"distance between two crossings of the same two loops, px (default {d.min_same_pair_separation:g})")
