@@ -237,8 +237,9 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
     """
     closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
     (knots, coefficients, degree), _ = splprep(closed.T, s=0, per=True, k=3)
-    # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call.
-    spline = BSpline(knots, np.column_stack(coefficients), degree)
+    # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
+    # splprep's output needs none of the checks the plain constructor makes.
+    spline = BSpline.construct_fast(knots, np.column_stack(coefficients), degree)
     u = np.linspace(0.0, 1.0, num_points, endpoint=False)
     points, d1, d2 = spline(u), spline(u, 1), spline(u, 2)
     speed = np.hypot(d1[:, 0], d1[:, 1])
