@@ -1093,15 +1093,16 @@ def shard_path(out_dir: Path, shard: Shard) -> Path:
     return out_dir / SHARDS_DIR / f"shard-{shard.tag}.jsonl"
 
 
-def read_headed_jsonl(path: Path) -> tuple[dict | None, list[dict]]:
-    """A header line and records; lines cut short by a crash are skipped, not fatal."""
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return (rows[0] if rows else None), rows[1:]
+def record_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    """(byte offset, value) of each line of a JSON-lines file; lines cut short by a crash are skipped."""
+    with open(path, "rb") as lines:
+        offset = 0
+        for line in lines:
+            try:
+                yield offset, json.loads(line)
+            except ValueError:
+                pass
+            offset += len(line)
 
 
 def generator_files(out_dir: Path) -> list[Path]:
@@ -1118,32 +1119,68 @@ def declared_identity(document: dict | None) -> dict | None:
     return {"generator_version": document.get("generator_version"), "config": document.get("config")}
 
 
-def read_generator_file(path: Path) -> tuple[dict | None, list]:
-    """Identity and records of data.json, a journal or a shard file, in one read.
+DATA_HEAD_BYTES = 1 << 16  # data.json says who wrote it in its first few KB, before its samples
 
-    (None, []) when it is unreadable, or gone because a concurrent merge consumed it.
+
+def file_identity(path: Path) -> dict | None:
+    """The identity data.json, a journal or a shard file declares, read from its head alone.
+
+    None when it is unreadable, or gone because a concurrent merge consumed it.
     """
     try:
-        if path.name == DATA_FILE:
-            document = json.loads(path.read_text(encoding="utf-8"))
-            return declared_identity(document), document.get("samples", [])
-        header, rows = read_headed_jsonl(path)
-        return declared_identity(header), rows
+        with open(path, encoding="utf-8") as head:
+            if path.name != DATA_FILE:
+                return declared_identity(json.loads(head.readline()))
+            text = head.read(DATA_HEAD_BYTES)
+        # The samples come last; a file laid out otherwise is read whole.
+        cut = text.find(',\n "samples": [')
+        document = json.loads(text[:cut] + "\n}" if cut >= 0 else path.read_text(encoding="utf-8"))
+        return declared_identity(document)
     except (OSError, ValueError):
-        return None, []
+        return None
 
 
-def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) -> dict[int, dict]:
+class KnownRecords:
+    """Which file and byte offset hold the record already on disk for each index.
+
+    A run that resumes or repeats reads each record back when its sample
+    comes up, instead of holding them all: 12 bytes per index.
+    """
+
+    def __init__(self, n: int):
+        self.paths: list[Path] = []
+        self.source = np.full(n, -1, dtype=np.int32)
+        self.offset = np.zeros(n, dtype=np.int64)
+
+    def add(self, path: Path) -> None:
+        """Take the records of a JSON-lines file; a later file's record for an index wins."""
+        self.paths.append(path)
+        for offset, record in record_lines(path):
+            index = record.get("index") if isinstance(record, dict) else None
+            if isinstance(index, int) and 0 <= index < len(self.source):
+                self.source[index], self.offset[index] = len(self.paths) - 1, offset
+
+    def get(self, index: int) -> dict | None:
+        if self.source[index] < 0:
+            return None
+        with open(self.paths[self.source[index]], "rb") as lines:
+            lines.seek(self.offset[index])
+            return json.loads(lines.readline())
+
+
+def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) -> KnownRecords:
     """Records this dataset already has on disk, by index; refuses a folder holding another dataset.
 
     Reads finished files and this run's own journal; other shards' journals
     are only checked for belonging to the same dataset, since they may be
-    growing right now. With overwrite, the other dataset's files are removed
-    instead, together with any of its images that this dataset will not rewrite.
+    growing right now. The records of a finished data.json are read from the
+    annotations.jsonl written with it. With overwrite, the other dataset's
+    files are removed instead, together with any of its images that this
+    dataset will not rewrite.
     """
     mine, foreign = [], []
     for path in generator_files(out_dir):
-        found, records = read_generator_file(path)
+        found = file_identity(path)
         if found is None:
             if path == journal:
                 path.unlink()  # killed before its first line was written
@@ -1151,7 +1188,7 @@ def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) ->
         if found != identity(cfg):
             foreign.append(path)
         elif path == journal or not path.name.startswith(".progress"):
-            mine.append(records)
+            mine.append(out_dir / ANNOTATIONS_FILE if path.name == DATA_FILE else path)
     if foreign and not overwrite:
         raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
                            "choose another --out or pass --overwrite to replace it")
@@ -1160,11 +1197,10 @@ def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) ->
             path.unlink()
         (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
         remove_stale_images(out_dir, cfg.n)
-    known = {}
-    for records in mine:
-        for record in records:
-            if isinstance(record, dict) and isinstance(record.get("index"), int):
-                known[record["index"]] = record
+    known = KnownRecords(cfg.n)
+    for path in mine:
+        if path.is_file():
+            known.add(path)
     return known
 
 
@@ -1375,7 +1411,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     remove_temporaries(out_dir, owns)
     if overlays:
         (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-    jobs = ((cfg, index, str(out_dir), known.pop(index, None), overlays) for index in indices)
+    jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
     with open(journal, "a", encoding="utf-8") as log:
         if log.tell() == 0:
             log.write(json.dumps(identity(cfg)) + "\n")

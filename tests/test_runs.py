@@ -186,7 +186,7 @@ def peak_traced_bytes(run):
         tracemalloc.stop()
 
 
-@pytest.mark.parametrize("stage", ["generate", "merge"])
+@pytest.mark.parametrize("stage", ["generate", "merge", "repeat"])
 def test_run_memory_does_not_grow_with_n(stage, tmp_path, monkeypatch):
     # Holding the records would add about 1 KB per sample: 1 MB between these two runs.
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
@@ -195,7 +195,9 @@ def test_run_memory_does_not_grow_with_n(stage, tmp_path, monkeypatch):
     peaks = []
     for n in (100, 1100):
         cfg, out = creation.Config(n=n, seed=3), tmp_path / str(n)
-        if stage == "generate":
+        if stage == "repeat":  # the same command again over the finished dataset, which reuses every record
+            creation.generate_dataset(cfg, out, workers=1, quiet=True)
+        if stage in ("generate", "repeat"):
             peaks.append(peak_traced_bytes(lambda: creation.generate_dataset(cfg, out, workers=1, quiet=True)))
             continue
         for k in range(3):
@@ -215,3 +217,22 @@ def test_a_shard_removes_only_its_own_leftover_temporaries(tmp_path, monkeypatch
         path.write_bytes(b"cut short")
     creation.generate_dataset(creation.Config(n=9, seed=3), tmp_path, workers=1, quiet=True, shard=creation.Shard(0, 3))
     assert not mine.exists() and theirs.exists() and foreign.exists()
+
+
+def test_finished_and_journalled_samples_are_reused_not_redrawn(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=20, seed=3)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    finished = dataset_bytes(tmp_path)
+    drawn = []
+    monkeypatch.setattr(creation, "make_sample", lambda cfg, index: drawn.append(index) or cheap_sample(cfg, index))
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == [] and dataset_bytes(tmp_path) == finished
+    # An interrupted run: a journal holding the first ten records, a line cut short, no dataset files.
+    lines = (tmp_path / "annotations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    header = json.dumps(creation.identity(cfg)) + "\n"
+    (tmp_path / ".progress.jsonl").write_text(header + "".join(lines[:10]) + lines[10][:40], encoding="utf-8")
+    (tmp_path / "annotations.jsonl").unlink()
+    (tmp_path / "data.json").unlink()
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == list(range(10, 20)) and dataset_bytes(tmp_path) == finished
