@@ -61,9 +61,10 @@ QUESTION = (
     "report the count as a positive integer."
 )
 
+MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
+
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
-MIN_CLEAR_PAPER_PX = 2.0  # bare paper between two strands at their closest (5 px at the defaults)
 INK_TONE = 24  # tone of a fully covered ink pixel
 PAPER_TONE = 232  # tone of bare canvas before noise
 NOISE_SIGMA_TONE = 3.0  # std of per-pixel canvas noise, tone levels
@@ -158,7 +159,7 @@ class Config:
         # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
         ink_reach = self.stroke_width / 2 + 0.5
         clear_paper = self.min_gap - 2 * ink_reach
-        if clear_paper < MIN_CLEAR_PAPER_PX:
+        if clear_paper < MIN_CLEAR_PAPER_PX - 1e-9:  # the tolerance lets stroke width + 3 pass despite rounding
             raise ValueError(
                 f"--min-gap {self.min_gap:g} leaves {clear_paper:g} px of bare paper between two strands "
                 f"drawn at --stroke-width {self.stroke_width:g}; strands that close read as touching: "
@@ -1067,6 +1068,7 @@ WHOLE_RUN = Shard(0, 1)
 SHARDS_DIR = "shards"
 IMAGE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.png$")
 TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.tmp\d+$")
+SHARD_NAME_RE = re.compile(r"^shard-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")
 
 
 def write_atomic(path: Path, write) -> None:
@@ -1091,6 +1093,12 @@ def journal_path(out_dir: Path, shard: Shard) -> Path:
 
 def shard_path(out_dir: Path, shard: Shard) -> Path:
     return out_dir / SHARDS_DIR / f"shard-{shard.tag}.jsonl"
+
+
+def shard_of(path: Path) -> Shard | None:
+    """The shard a shard file's name says it holds."""
+    match = SHARD_NAME_RE.match(path.name)
+    return Shard(int(match["k"]), int(match["m"])) if match else None
 
 
 def record_lines(path: Path) -> Iterator[tuple[int, dict]]:
@@ -1119,19 +1127,21 @@ def declared_identity(document: dict | None) -> dict | None:
     return {"generator_version": document.get("generator_version"), "config": document.get("config")}
 
 
-DATA_HEAD_BYTES = 1 << 16  # data.json says who wrote it in its first few KB, before its samples
+DATA_HEAD_CHARS = 1 << 16  # data.json says who wrote it in its first few KB, before its samples
 
 
 def file_identity(path: Path) -> dict | None:
-    """The identity data.json, a journal or a shard file declares, read from its head alone.
+    """The identity data.json, a journal or a shard file declares, read from its head.
 
-    None when it is unreadable, or gone because a concurrent merge consumed it.
+    A data.json laid out otherwise than this generator writes it is read
+    whole. None when a file is unreadable, or gone because a concurrent
+    merge consumed it.
     """
     try:
         with open(path, encoding="utf-8") as head:
             if path.name != DATA_FILE:
                 return declared_identity(json.loads(head.readline()))
-            text = head.read(DATA_HEAD_BYTES)
+            text = head.read(DATA_HEAD_CHARS)
         # The samples come last; a file laid out otherwise is read whole.
         cut = text.find(',\n "samples": [')
         document = json.loads(text[:cut] + "\n}" if cut >= 0 else path.read_text(encoding="utf-8"))
@@ -1153,12 +1163,19 @@ class KnownRecords:
         self.offset = np.zeros(n, dtype=np.int64)
 
     def add(self, path: Path) -> None:
-        """Take the records of a JSON-lines file; a later file's record for an index wins."""
+        """Take the records of a JSON-lines file, if it is there; a later file's record for an index wins."""
         self.paths.append(path)
-        for offset, record in record_lines(path):
-            index = record.get("index") if isinstance(record, dict) else None
-            if isinstance(index, int) and 0 <= index < len(self.source):
-                self.source[index], self.offset[index] = len(self.paths) - 1, offset
+        try:
+            for offset, record in record_lines(path):
+                index = record.get("index") if isinstance(record, dict) else None
+                if isinstance(index, int) and 0 <= index < len(self.source):
+                    self.source[index], self.offset[index] = len(self.paths) - 1, offset
+        except FileNotFoundError:  # raised on opening, before any offset is noted: never written, or merged away
+            self.paths.pop()
+
+    def records(self) -> Iterator[dict]:
+        """Every index's record in index order; each must be known."""
+        return (self.get(index) for index in range(len(self.source)))
 
     def get(self, index: int) -> dict | None:
         if self.source[index] < 0:
@@ -1168,16 +1185,18 @@ class KnownRecords:
             return json.loads(lines.readline())
 
 
-def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) -> KnownRecords:
+def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> KnownRecords:
     """Records this dataset already has on disk, by index; refuses a folder holding another dataset.
 
-    Reads finished files and this run's own journal; other shards' journals
-    are only checked for belonging to the same dataset, since they may be
-    growing right now. The records of a finished data.json are read from the
-    annotations.jsonl written with it. With overwrite, the other dataset's
-    files are removed instead, together with any of its images that this
-    dataset will not rewrite.
+    Reads the finished files that can hold the shard's indices (every shard
+    file for a whole run, its own for a shard) and its own journal; other
+    shards' journals are only checked for belonging to the same dataset,
+    since they may be growing right now. The records of a finished data.json
+    are read from the annotations.jsonl written with it. With overwrite, the
+    other dataset's files are removed instead, together with any of its
+    images that this dataset will not rewrite.
     """
+    journal = journal_path(out_dir, shard)
     mine, foreign = [], []
     for path in generator_files(out_dir):
         found = file_identity(path)
@@ -1187,20 +1206,22 @@ def known_records(cfg: Config, out_dir: Path, journal: Path, overwrite: bool) ->
             continue
         if found != identity(cfg):
             foreign.append(path)
-        elif path == journal or not path.name.startswith(".progress"):
-            mine.append(out_dir / ANNOTATIONS_FILE if path.name == DATA_FILE else path)
+        elif path.name == DATA_FILE:
+            mine.append(out_dir / ANNOTATIONS_FILE)
+        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
+            mine.append(path)
     if foreign and not overwrite:
         raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
                            "choose another --out or pass --overwrite to replace it")
     if foreign:
         for path in foreign:
             path.unlink()
-        (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
+        if out_dir / ANNOTATIONS_FILE not in mine:
+            (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
         remove_stale_images(out_dir, cfg.n)
     known = KnownRecords(cfg.n)
     for path in mine:
-        if path.is_file():
-            known.add(path)
+        known.add(path)
     return known
 
 
@@ -1395,12 +1416,12 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     made and journalled one by one. A whole run ends by writing
     annotations.jsonl and data.json, a shard by writing its shard file, both
     read back from the journal so that no process holds every record.
-    Returns the number of samples written.
+    Returns the number of samples in the shard, made or kept.
     """
     indices = shard.indices(cfg.n)
     (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
     journal = journal_path(out_dir, shard)
-    known = known_records(cfg, out_dir, journal, overwrite)
+    known = known_records(cfg, out_dir, shard, overwrite)
     files = {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
 
     def owns(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
@@ -1466,7 +1487,7 @@ def checked_shard(cfg: Config, path: Path) -> Shard:
 def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> int:
     """Check every shard file and image, then write the files a single run would have written.
 
-    Records are streamed from the shard files, taken in turn, never all held
+    Records are read back from the shard files one at a time, never all held
     at once. Returns the number of samples.
     """
     paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
@@ -1485,18 +1506,15 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
     missing = sorted(set(range(shard_count)) - set(by_shard))
     if missing:
         raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
-
-    def records() -> Iterator[dict]:
-        # Shard k holds indices k, k + m, k + 2m, ... in order, so taking the shards in turn gives index order.
-        streams = [shard_rows(by_shard[k]) for k in range(shard_count)]
-        return (next(streams[i % shard_count]) for i in range(cfg.n))
-
-    jobs = ((cfg, r["index"], str(out_dir), r) for r in records())
-    checked = zip(records(), run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"))
-    bad = [record["image"] for record, matches in checked if not matches]
+    known = KnownRecords(cfg.n)
+    for path in by_shard.values():
+        known.add(path)
+    jobs = ((cfg, r["index"], str(out_dir), r) for r in known.records())
+    checked = zip(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"), known.records())
+    bad = [record["image"] for matches, record in checked if not matches]
     if bad:
         raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, first {bad[0]}")
-    write_dataset_files(cfg, out_dir, records)
+    write_dataset_files(cfg, out_dir, known.records)
     for path in paths:
         path.unlink()
     if not any((out_dir / SHARDS_DIR).iterdir()):

@@ -141,6 +141,13 @@ def test_invalid_config_names_the_flag_and_value(changes, text):
         Config(**changes)
 
 
+def test_the_documented_least_gap_is_accepted_for_every_stroke_width():
+    # "At least the stroke width plus 3" must hold exactly as typed, whatever the rounding.
+    for tenths in range(5, 150):
+        width = tenths / 10
+        Config(stroke_width=width, min_gap=round(width + 3, 1))
+
+
 # --- sampling ---------------------------------------------------------------
 
 

@@ -1,12 +1,14 @@
 """Runs that span machines or survive interruption: shards, merge, resume, refusals, signals."""
 
+import gc
 import json
+import os
+import resource
 import shutil
 import signal
 import subprocess
 import sys
 import time
-import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -173,38 +175,62 @@ def cheap_sample(cfg, index):
     record = {"image": creation.image_name(index, cfg.n), "width": 8, "height": 8, "num_loops": 5,
               "question": creation.QUESTION, "answer": 5 + index % 7, "index": index, "seed": cfg.seed,
               "num_crossings": 20, "num_self_crossings": 0, "min_crossing_angle_deg": 31.5, "loop_redraws": 40,
-              "pixel_sha256": creation.pixel_sha256(image)}
+              "pixel_sha256": creation.pixel_sha256(image), "tracked": []}
     return image, record, None
 
 
-def peak_traced_bytes(run):
-    tracemalloc.start()
-    try:
-        run()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+def records_alive():
+    """Records still referenced anywhere; cheap_sample's list field makes the collector track them."""
+    return sum(1 for thing in gc.get_objects() if isinstance(thing, dict) and "pixel_sha256" in thing)
 
 
-@pytest.mark.parametrize("stage", ["generate", "merge", "repeat"])
-def test_run_memory_does_not_grow_with_n(stage, tmp_path, monkeypatch):
-    # Holding the records would add about 1 KB per sample: 1 MB between these two runs.
+INDEX_OF_CALL = {  # a function each stage calls once per sample, and how to read the sample's index from its arguments
+    "generate": ("make_sample", lambda cfg, index: index),
+    "merge": ("check_image", lambda job: job[1]),
+    "repeat": ("image_matches", lambda path, sha256: int(path.stem.rsplit("_", 1)[1])),
+}
+
+
+@pytest.mark.parametrize("stage", list(INDEX_OF_CALL))
+def test_no_stage_holds_the_records(stage, tmp_path, monkeypatch):
+    """Memory flat in n: a run, a merge or a repeated run has a few records alive at a time, not all of them."""
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
-    # A first run pays one-time costs (imports, caches) that would hide the growth.
-    creation.generate_dataset(creation.Config(n=10, seed=3), tmp_path / "warm-up", workers=1, quiet=True)
-    peaks = []
-    for n in (100, 1100):
-        cfg, out = creation.Config(n=n, seed=3), tmp_path / str(n)
-        if stage == "repeat":  # the same command again over the finished dataset, which reuses every record
-            creation.generate_dataset(cfg, out, workers=1, quiet=True)
-        if stage in ("generate", "repeat"):
-            peaks.append(peak_traced_bytes(lambda: creation.generate_dataset(cfg, out, workers=1, quiet=True)))
-            continue
+    cfg = creation.Config(n=300, seed=3)
+    if stage == "merge":
         for k in range(3):
-            creation.generate_dataset(cfg, out, workers=1, quiet=True, shard=creation.Shard(k, 3))
-        peaks.append(peak_traced_bytes(lambda: creation.merge_shards(cfg, out, workers=1, quiet=True)))
-        assert len((out / "annotations.jsonl").read_text(encoding="utf-8").splitlines()) == n
-    assert peaks[1] - peaks[0] < 100_000, peaks
+            creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, shard=creation.Shard(k, 3))
+    if stage == "repeat":
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    name, index_of = INDEX_OF_CALL[stage]
+    original, alive = getattr(creation, name), []
+
+    def counting(*args):
+        if index_of(*args) in (0, cfg.n - 1):  # records read ahead show at the first sample, records kept at the last
+            alive.append(records_alive())
+        return original(*args)
+
+    monkeypatch.setattr(creation, name, counting)
+    if stage == "merge":
+        creation.merge_shards(cfg, tmp_path, workers=1, quiet=True)
+    else:
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert len(alive) == 2 and max(alive) <= 5, alive  # a handful in flight, not one per sample
+    assert len((tmp_path / "annotations.jsonl").read_text(encoding="utf-8").splitlines()) == cfg.n
+
+
+def test_merge_reads_one_shard_file_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=40, seed=3)
+    for k in range(40):
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, shard=creation.Shard(k, 40))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # Room for a few more files than are open now, far fewer than one per shard.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 20, hard))
+    try:
+        creation.merge_shards(cfg, tmp_path, workers=1, quiet=True)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert len((tmp_path / "annotations.jsonl").read_text(encoding="utf-8").splitlines()) == cfg.n
 
 
 def test_a_shard_removes_only_its_own_leftover_temporaries(tmp_path, monkeypatch):
@@ -236,3 +262,17 @@ def test_finished_and_journalled_samples_are_reused_not_redrawn(tmp_path, monkey
     (tmp_path / "data.json").unlink()
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == list(range(10, 20)) and dataset_bytes(tmp_path) == finished
+
+
+def test_overwrite_removes_a_foreign_shard_but_keeps_this_datasets_records(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=12, seed=3)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    finished = dataset_bytes(tmp_path)
+    foreign = tmp_path / "shards" / "shard-00000-of-00002.jsonl"
+    foreign.parent.mkdir()
+    foreign.write_text(json.dumps(creation.identity(creation.Config(n=12, seed=4))) + "\n", encoding="utf-8")
+    drawn = []
+    monkeypatch.setattr(creation, "make_sample", lambda cfg, index: drawn.append(index) or cheap_sample(cfg, index))
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, overwrite=True)
+    assert not foreign.exists() and drawn == [] and dataset_bytes(tmp_path) == finished
