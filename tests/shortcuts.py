@@ -40,6 +40,11 @@ Per-image statistics (compute_features), all from the grey image:
   cycles), resampled into equal chords of about CHORD_PX arc length, and the
   turn at each chord joint is the wrapped difference of chord headings
   (cycles include the joint that closes them).
+* curls: open branches of at least MIN_CURL_BRANCH_PX pixels whose two
+  ends touch the same junction cluster: the loop of a curl (a strand that
+  crosses itself and turns once more), which balanced mode adds for loops
+  short of the maximum. Measured against the true self-crossings it finds
+  about 60 % of them.
 * total_abs_turning_rad: sum over all branches of |turn| over their joints.
 * net_turning_rad: sum over branches of |sum of signed turns| (a whole
   uncrossed loop contributes ~2 pi whatever its wiggles).
@@ -88,6 +93,7 @@ MIN_REGION_PX = 10  # smaller ink or background islands are antialiasing/noise s
 JUNCTION_MERGE_PX = 2  # dilation radius: junction pixels <= 5 px apart are one crossing
 BRANCH_TRIM_PX = 4  # skeleton bends into a junction over about a stroke width
 MIN_BRANCH_PX = 12  # shorter branches are thinning debris around crossings
+MIN_CURL_BRANCH_PX = 30  # a branch back to its own crossing shorter than this is the lens of a crossing's X
 BRANCH_SMOOTH_PX = 3.0  # Gaussian sigma along the path, removes pixel staircases
 CHORD_PX = 14.0  # arc length per chord; shorter chords let quantisation noise add turning
 MIN_MEDIAN_CURVATURE_PER_PX = 1e-6  # keeps median_radius_px finite on straight strokes
@@ -155,10 +161,18 @@ def count_holes(ink: np.ndarray) -> int:
     return int(bounded.sum())
 
 
-def count_junction_clusters(junction: np.ndarray) -> int:
+def label_junction_clusters(junction: np.ndarray) -> tuple[np.ndarray, int]:
+    """(H, W) cluster label of each pixel near a junction (0 elsewhere), and the number of clusters."""
     side = 2 * JUNCTION_MERGE_PX + 1
     merged = ndimage.binary_dilation(junction, structure=np.ones((side, side), bool))
-    return int(ndimage.label(merged, structure=EIGHT_CONNECTED)[1])
+    return ndimage.label(merged, structure=EIGHT_CONNECTED)
+
+
+def count_curls(branches: list[tuple[np.ndarray, bool]], clusters: np.ndarray) -> int:
+    """Open branches of at least MIN_CURL_BRANCH_PX that leave a junction cluster and return to it."""
+    return sum(1 for path_px, is_cycle in branches
+               if not is_cycle and len(path_px) >= MIN_CURL_BRANCH_PX
+               and 0 != clusters[tuple(path_px[0])] == clusters[tuple(path_px[-1])])
 
 
 def trace_branches(branch_mask: np.ndarray) -> list[tuple[np.ndarray, bool]]:
@@ -223,13 +237,13 @@ def measure_branch_turns(path_px: np.ndarray, is_cycle: bool) -> tuple[float, np
     return float(arc_px[-1]), turns_rad, float(arc_px[-1] / chord_count)
 
 
-def measure_turning(skeleton: np.ndarray, junction: np.ndarray) -> dict[str, float]:
+def measure_turning(branches: list[tuple[np.ndarray, bool]]) -> dict[str, float]:
     """Curvature statistics over the skeleton branches between junctions."""
     length_px = 0.0
     abs_turning_rad = 0.0
     net_turning_rad = 0.0
     curvatures_per_px = []
-    for path_px, is_cycle in trace_branches(skeleton & ~junction):
+    for path_px, is_cycle in branches:
         branch_length_px, turns_rad, chord_px = measure_branch_turns(path_px, is_cycle)
         length_px += branch_length_px
         abs_turning_rad += float(np.abs(turns_rad).sum())
@@ -251,13 +265,16 @@ def compute_features(image_path: str | os.PathLike) -> dict[str, float]:
     ink = gray < estimate_ink_threshold(gray)
     skeleton = skeletonize(ink)
     junction = skeleton & (neighbour_count(skeleton) >= 3)
+    clusters, cluster_count = label_junction_clusters(junction)
+    branches = trace_branches(skeleton & ~junction)
     return {
         "ink_px": float(ink.sum()),
         "holes": float(count_holes(ink)),
         "ink_components": float(count_ink_components(ink)),
         "skeleton_px": float(skeleton.sum()),
-        "junctions": float(count_junction_clusters(junction)),
-        **measure_turning(skeleton, junction),
+        "junctions": float(cluster_count),
+        "curls": float(count_curls(branches, clusters)),
+        **measure_turning(branches),
         ENDPOINT_KEY: float(count_endpoint_pairs(gray)),
     }
 
@@ -476,15 +493,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit 1 if any single statistic beats these accuracies (fractions), e.g. 0.29 0.59")
     parser.add_argument("--max-combined", type=float, metavar="EXACT", default=None,
                         help="exit 1 if a combined model beats this exact accuracy (fraction)")
+    parser.add_argument("--max-single-for", nargs=3, action="append", default=[], metavar=("NAME", "EXACT", "WITHIN"),
+                        help="limits for one statistic in place of --max-single, e.g. a known leak that must "
+                             "not get worse: curls 0.29 0.66 (repeatable)")
     return parser
 
 
-def gate_failures(report: dict, max_single: list[float] | None, max_combined: float | None) -> list[str]:
-    """Rows that beat the allowed accuracies: a CI gate for the balanced mode."""
+def gate_failures(report: dict, max_single: list[float] | None, max_combined: float | None,
+                  max_single_for: dict[str, list[float]] | None = None) -> list[str]:
+    """Rows that beat the allowed accuracies: a CI gate for the balanced mode.
+
+    max_single_for gives some statistics their own (exact, within one) limits.
+    """
     failures = []
     for row in report["rows"]:
-        if max_single and row["kind"] == "statistic" and (row["exact"] > max_single[0]
-                                                          or row["within_one"] > max_single[1]):
+        limits = (max_single_for or {}).get(row["name"], max_single)
+        if limits and row["kind"] == "statistic" and (row["exact"] > limits[0] or row["within_one"] > limits[1]):
             failures.append(f"{row['name']} {row['exact']:.1%} exact, {row['within_one']:.1%} within one")
         if max_combined is not None and row["kind"] == "combined" and row["exact"] > max_combined:
             failures.append(f"{row['name']} {row['exact']:.1%} exact")
@@ -511,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         report["seconds_per_image_per_worker"] = seconds * args.workers / len(paths)
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    failures = gate_failures(report, args.max_single, args.max_combined)
+    max_single_for = {name: [float(exact), float(within)] for name, exact, within in args.max_single_for}
+    failures = gate_failures(report, args.max_single, args.max_combined, max_single_for)
     for failure in failures:
         print(f"above the allowed accuracy: {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -150,6 +150,23 @@ def test_two_crossing_circles(tmp_path):
     assert 0.8 * 4 * np.pi < features["net_turning_rad"] <= 4 * np.pi * 1.01
 
 
+def loop_with_curl(pen, scale):
+    """A limacon (a loop with one small inner loop: a curl) and a circle crossing its outer part twice."""
+    theta = np.linspace(0, 2 * np.pi, 2000)
+    radius_px = 60 + 100 * np.cos(theta)
+    points = [((150 + r * np.cos(t)) * scale, (192 + r * np.sin(t)) * scale) for r, t in zip(radius_px, theta)]
+    pen.line(points + points[:1], fill=0, width=STROKE_PX * scale, joint="curve")
+    circles(((300, 192), 70))(pen, scale)
+
+
+def test_curls_count_branches_that_return_to_their_own_crossing(tmp_path):
+    curl = shortcuts.compute_features(save(render(loop_with_curl), tmp_path / "curl.png"))
+    assert (curl["curls"], curl["junctions"]) == (1, 3)
+    # Two circles crossing twice: each branch runs from one crossing to the other.
+    lens = shortcuts.compute_features(save(render(circles(((137, 192), 90), ((247, 192), 90))), tmp_path / "lens.png"))
+    assert lens["curls"] == 0
+
+
 def test_separate_circles_are_separate_components(tmp_path):
     drawing = render(circles(((100, 192), 70), ((284, 192), 70)))
     features = shortcuts.compute_features(save(drawing, tmp_path / "apart.png"))
@@ -185,3 +202,7 @@ def test_the_ci_gate_names_a_statistic_that_leaks():
         "ink_px 70.0% exact, 99.0% within one", "logistic regression (all) 50.0% exact"]
     assert shortcuts.gate_failures(report, [0.75, 0.995], 0.6) == []
     assert shortcuts.gate_failures(report, None, None) == []
+    # A statistic's own limits replace the common ones, in both directions.
+    assert shortcuts.gate_failures(report, [0.29, 0.59], None, {"ink_px": [0.75, 0.995]}) == []
+    assert shortcuts.gate_failures(report, [0.29, 0.59], None, {"holes": [0.1, 0.59]}) == [
+        "ink_px 70.0% exact, 99.0% within one", "holes 15.0% exact, 40.0% within one"]
