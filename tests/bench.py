@@ -11,7 +11,8 @@ ratio to it (and, for context, to saving the same image with Pillow's
 default PNG settings), bytes per image, end-to-end images/s with 1 and 2 workers for
 the generator and for the plain prototype in tests/reference.py (and for
 the generator alone once more over a longer run, for scaling), all
-measured in the same run, and the peak resident memory of one worker
+measured in the same run, in interleaved rounds, with every ratio the
+median of the ratios within a round, and the peak resident memory of one worker
 process for two dataset sizes (it should not grow with --n).
 """
 
@@ -96,31 +97,41 @@ def stage_times(cfg, indices):
     return stages, sizes
 
 
-def images_per_second(n, workers, repeats):
-    rates = []
-    for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as tmp:
-            clock = time.perf_counter()
-            creation.generate_dataset(creation.Config(n=n, seed=0), Path(tmp), workers, quiet=True)
-            rates.append(n / (time.perf_counter() - clock))
-    return statistics.median(rates)
+def generator_rate(n, workers):
+    """Images per second of one whole generation run."""
+    with tempfile.TemporaryDirectory() as tmp:
+        clock = time.perf_counter()
+        creation.generate_dataset(creation.Config(n=n, seed=0), Path(tmp), workers, quiet=True)
+        return n / (time.perf_counter() - clock)
 
 
-def reference_images_per_second(n, workers, repeats):
+def prototype_rate(n, workers):
     """The same measure for the prototype, its images spread over a pool as creation.py spreads its own."""
-    rates = []
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = [(0, index, Path(tmp) / f"{index}.png") for index in range(n)]
+        clock = time.perf_counter()
+        if workers == 1:
+            for job in jobs:
+                reference.make_reference_image(*job)
+        else:
+            with multiprocessing.Pool(workers) as pool:
+                pool.starmap(reference.make_reference_image, jobs, chunksize=1)
+        return n / (time.perf_counter() - clock)
+
+
+def interleaved_rates(runs, repeats):
+    """Each named run once per round, round after round, so that drift in the machine's speed
+    falls on all of them alike and ratios can be taken within a round."""
+    rates = {name: [] for name in runs}
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory() as tmp:
-            jobs = [(0, index, Path(tmp) / f"{index}.png") for index in range(n)]
-            clock = time.perf_counter()
-            if workers == 1:
-                for job in jobs:
-                    reference.make_reference_image(*job)
-            else:
-                with multiprocessing.Pool(workers) as pool:
-                    pool.starmap(reference.make_reference_image, jobs, chunksize=1)
-            rates.append(n / (time.perf_counter() - clock))
-    return statistics.median(rates)
+        for name, run in runs.items():
+            rates[name].append(run())
+    return rates
+
+
+def paired_ratio(rates, top, bottom):
+    """Median over rounds of the ratio of two runs measured in the same round."""
+    return statistics.median(a / b for a, b in zip(rates[top], rates[bottom]))
 
 
 def worker_peak_rss_mb(n):
@@ -157,19 +168,22 @@ def main():
     default_ratios = [t / e for t, e in zip(stages["total"], stages["png_default"])]
     print(f"pipeline / the same image saved with Pillow's defaults: median {statistics.median(default_ratios):.2f}x")
     print(f"bytes per image: median {statistics.median(sizes) / 1e3:.0f} KB, max {max(sizes) / 1e3:.0f} KB")
-    one = images_per_second(args.images, 1, args.repeats)
-    two = images_per_second(args.images, 2, args.repeats)
-    print(f"end to end: {one:.2f} images/s with 1 worker, {two:.2f} with 2 ({two / one:.2f}x); "
+    rates = interleaved_rates({
+        "one": lambda: generator_rate(args.images, 1), "two": lambda: generator_rate(args.images, 2),
+        "prototype one": lambda: prototype_rate(args.images, 1), "prototype two": lambda: prototype_rate(args.images, 2),
+    }, args.repeats)
+    one, two = statistics.median(rates["one"]), statistics.median(rates["two"])
+    print(f"end to end: {one:.2f} images/s with 1 worker, {two:.2f} with 2 ({paired_ratio(rates, 'two', 'one'):.2f}x); "
           f"--n 500 would take {500 / two:.0f} s on 2 workers")
-    # In a short run the last, slowest image leaves one worker idle; a longer run shows the steady state.
-    long_one = images_per_second(args.long_run, 1, args.repeats)
-    long_two = images_per_second(args.long_run, 2, args.repeats)
-    print(f"end to end, {args.long_run} images: {long_one:.2f} images/s with 1 worker, {long_two:.2f} with 2 "
-          f"({long_two / long_one:.2f}x)")
-    ref_one = reference_images_per_second(args.images, 1, args.repeats)
-    ref_two = reference_images_per_second(args.images, 2, args.repeats)
+    ref_one, ref_two = statistics.median(rates["prototype one"]), statistics.median(rates["prototype two"])
     print(f"prototype (tests/reference.py): {ref_one:.2f} images/s with 1 worker, {ref_two:.2f} with 2; "
-          f"generator / prototype: {one / ref_one:.2f}x on 1 worker, {two / ref_two:.2f}x on 2")
+          f"generator / prototype: {paired_ratio(rates, 'one', 'prototype one'):.2f}x on 1 worker, "
+          f"{paired_ratio(rates, 'two', 'prototype two'):.2f}x on 2")
+    # In a short run the last, slowest image leaves one worker idle; a longer run shows the steady state.
+    long_rates = interleaved_rates({"one": lambda: generator_rate(args.long_run, 1),
+                                    "two": lambda: generator_rate(args.long_run, 2)}, args.repeats)
+    print(f"end to end, {args.long_run} images: {statistics.median(long_rates['one']):.2f} images/s with 1 worker, "
+          f"{statistics.median(long_rates['two']):.2f} with 2 ({paired_ratio(long_rates, 'two', 'one'):.2f}x)")
     small, large = worker_peak_rss_mb(20), worker_peak_rss_mb(120)
     print(f"peak RSS of one worker: {small:.0f} MiB at --n 20, {large:.0f} MiB at --n 120")
     print(f"(self: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
