@@ -47,7 +47,7 @@ from scipy.interpolate import BSpline, splprep
 from scipy.spatial import cKDTree
 from tqdm import tqdm
 
-GENERATOR_VERSION = "1.4.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "1.5.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -88,8 +88,10 @@ BALANCED_SQUARED_SHARES = 0.22  # mean sum of squared perimeter shares, whatever
 BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reach that mean: near-equal shares
 BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
 BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
-CURLS_PER_MISSING_LOOP = 0.9  # curls per loop short of max_loops: a curl turns 2 pi like the loop it stands in for
-BALANCED_EXTRA_CURLS = 6.0  # curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror
+# A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
+# count then gives N away; a partial share plus many random curls keeps both leaks under chance + 10 points.
+CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops (0.9 let counting curls alone reach 62 % within one)
+BALANCED_EXTRA_CURLS = 14.0  # curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 CURL_DEPTH = (2.5, 3.5)  # prolate-trochoid ratio, sets curl size: below ~2.4 the tip is sharper than 8 px

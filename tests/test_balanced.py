@@ -52,7 +52,8 @@ def test_budgets_do_not_depend_on_n(num_loops):
         assert np.all((perimeters >= 550) & (perimeters <= 2600))
         assert np.all(np.diff(perimeters) <= 0)  # largest first
         curls = sum(s.curls for s in shapes)
-        assert int(0.9 * (11 - num_loops)) <= curls <= int(0.9 * (11 - num_loops) + 7)
+        for_missing = creation.CURLS_PER_MISSING_LOOP * (11 - num_loops)
+        assert int(for_missing) <= curls <= int(for_missing + creation.BALANCED_EXTRA_CURLS + 1)
         caps = np.array([s.crossing_cap for s in shapes])
         assert np.all(np.diff(caps) >= 0)
         assert np.all(caps >= 2 * np.arange(num_loops) + creation.CROSSING_SLACK)

@@ -202,7 +202,3 @@ def test_the_ci_gate_names_a_statistic_that_leaks():
         "ink_px 70.0% exact, 99.0% within one", "logistic regression (all) 50.0% exact"]
     assert shortcuts.gate_failures(report, [0.75, 0.995], 0.6) == []
     assert shortcuts.gate_failures(report, None, None) == []
-    # A statistic's own limits replace the common ones, in both directions.
-    assert shortcuts.gate_failures(report, [0.29, 0.59], None, {"ink_px": [0.75, 0.995]}) == []
-    assert shortcuts.gate_failures(report, [0.29, 0.59], None, {"holes": [0.1, 0.59]}) == [
-        "ink_px 70.0% exact, 99.0% within one", "holes 15.0% exact, 40.0% within one"]
