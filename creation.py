@@ -258,9 +258,10 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
 # Drawn alike, loops give N away through two identities: the ink length is N
 # times the mean perimeter, and every closed loop turns through at least 2 pi.
 # Balanced mode draws a total perimeter per image, independent of N, and
-# splits it among the loops. It keeps the total turning about independent of N
-# by adding a curl (a small loop-de-loop: a self-crossing that turns once
-# more) for nearly every loop short of max_loops, plus a random number on top.
+# splits it among the loops. It weakens the link between total turning and N
+# by adding curls (small loop-de-loops: self-crossings that turn once more),
+# some for each loop short of max_loops and many more at random, so that
+# neither the turning nor the number of curls tracks N closely.
 # It caps the crossings between loops so that, with the curls' crossings, the
 # count does not grow with N. And one waypoint spacing is shared by all loops
 # of an image, so a big loop wiggles like a small one instead of being flatter.
