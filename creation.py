@@ -674,12 +674,14 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     rows = np.clip(rows, 0, grid.columns - 1) * grid.columns
     run_start = grid.first[rows + np.maximum(col - reach, 0)[:, None]]
     run_stop = grid.first[rows + np.minimum(col + reach, grid.columns - 1)[:, None] + 1]
-    point, run = np.nonzero(in_canvas & (run_stop > run_start))  # most runs are empty
-    start, length = run_start[point, run], run_stop[point, run] - run_start[point, run]
+    # Flat indices of the runs that hold segments (most are empty): cheaper than nonzero's two index arrays.
+    busy = np.flatnonzero(in_canvas & (run_stop > run_start))
+    start = run_start.ravel()[busy]
+    length = run_stop.ravel()[busy] - start
     # Expand each run into its members: position = run start + rank within the run.
     rank = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
     segment = grid.order[np.repeat(start, length) + rank]
-    point = np.repeat(point, length)
+    point = np.repeat(busy // rows.shape[1], length)
     gap = points[point] - grid.mid[segment]
     close = np.einsum("ij,ij->i", gap, gap) <= radius * radius
     return point[close], segment[close]
