@@ -89,7 +89,8 @@ BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reac
 BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
 BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
 # A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
-# count then gives N away; a partial share plus many random curls keeps both leaks under chance + 10 points.
+# count then gives N away; a partial share plus many random curls keeps each statistic alone within about
+# 10 points of chance (a model over both still does better: creation.md, "Still open").
 CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops (0.9 let counting curls alone reach 62 % within one)
 BALANCED_EXTRA_CURLS = 14.0  # curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
@@ -308,10 +309,10 @@ def crossing_caps(cfg: Config, rng: np.random.Generator, relative_length: float,
 
     Few big loops cross each other less often than many small ones (the
     crossing rules reject more of a big loop's many crossings), while each
-    missing loop adds a curl and so a self-crossing. The crossings between loops
-    are therefore capped at what min_loops loops make (a density times
-    relative_length^2) plus, per loop above min_loops, the curls it no longer
-    carries, which keeps the total with the curls free of N. The cap is spread
+    missing loop adds CURLS_PER_MISSING_LOOP curls and so self-crossings. The
+    crossings between loops are therefore capped at what min_loops loops make
+    (a density times relative_length^2) plus, per loop above min_loops, the
+    curls it no longer carries, which keeps the total with the curls free of N. The cap is spread
     over the loops as their expected crossings with the loops before them
     (perimeter products) are, but never below the two crossings each loop
     needs to join the tangle.
@@ -926,7 +927,8 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     home_flat = (home[:, 1].astype(np.int64) + pad) * side + home[:, 0].astype(np.int64) + pad
     window_flat = (window[:, 1] * side + window[:, 0]).astype(np.int64)
     coverage = np.zeros(side * side, dtype=np.float32)
-    np.maximum.at(coverage, home_flat[rows] + window_flat[cols], np.minimum(cover.ravel()[reaching], 1.0).astype(np.float32))
+    values = np.minimum(cover.ravel()[reaching], 1.0).astype(np.float32)
+    np.maximum.at(coverage, home_flat[rows] + window_flat[cols], values)
     return coverage.reshape(side, side)[pad:pad + cfg.size, pad:pad + cfg.size]
 
 

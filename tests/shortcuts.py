@@ -43,8 +43,8 @@ Per-image statistics (compute_features), all from the grey image:
 * curls: open branches of at least MIN_CURL_BRANCH_PX pixels whose two
   ends touch the same junction cluster: the loop of a curl (a strand that
   crosses itself and turns once more), which balanced mode adds, partly in
-  place of missing loops. Against the true self-crossings it finds 60-70 %
-  of them.
+  place of missing loops. It finds 60-70 % of the self-crossings the
+  generator records.
 * total_abs_turning_rad: sum over all branches of |turn| over their joints.
 * net_turning_rad: sum over branches of |sum of signed turns| (a whole
   uncrossed loop contributes ~2 pi whatever its wiggles).
@@ -170,9 +170,13 @@ def label_junction_clusters(junction: np.ndarray) -> tuple[np.ndarray, int]:
 
 def count_curls(branches: list[tuple[np.ndarray, bool]], clusters: np.ndarray) -> int:
     """Open branches of at least MIN_CURL_BRANCH_PX that leave a junction cluster and return to it."""
-    return sum(1 for path_px, is_cycle in branches
-               if not is_cycle and len(path_px) >= MIN_CURL_BRANCH_PX
-               and 0 != clusters[tuple(path_px[0])] == clusters[tuple(path_px[-1])])
+    curls = 0
+    for path_px, is_cycle in branches:
+        if is_cycle or len(path_px) < MIN_CURL_BRANCH_PX:
+            continue
+        first, last = clusters[tuple(path_px[0])], clusters[tuple(path_px[-1])]
+        curls += bool(first != 0 and first == last)
+    return curls
 
 
 def trace_branches(branch_mask: np.ndarray) -> list[tuple[np.ndarray, bool]]:
