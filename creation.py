@@ -1435,8 +1435,10 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
 
     def owns(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
         image = IMAGE_NAME_RE.match(name)
-        return name in files or (image is not None and name == Path(image_name(int(image[1]), cfg.n)).name
-                                 and int(image[1]) in indices)
+        if image is None:
+            return name in files
+        index = int(image[1])
+        return index in indices and name == Path(image_name(index, cfg.n)).name
 
     remove_temporaries(out_dir, owns)
     if overlays:
@@ -1467,23 +1469,16 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     return len(indices)
 
 
-def shard_rows(path: Path) -> Iterator[dict]:
-    """The records of a shard file, one at a time, after its header line."""
-    rows = read_jsonl(path)
-    next(rows, None)
-    return rows
-
-
 def checked_shard(cfg: Config, path: Path) -> Shard:
     """Which shard a shard file holds, once every one of its records is found in order."""
     try:
-        with open(path, encoding="utf-8") as lines:
-            header = json.loads(lines.readline() or "null")
+        rows = read_jsonl(path)
+        header = next(rows, None)
         if declared_identity(header) != identity(cfg):
             raise DatasetError(f"{path.name} belongs to a different dataset (other seed, n or config)")
         shard = Shard(header["shard"], header["of"])
         expected = shard.indices(cfg.n)
-        found = (row.get("index") for row in shard_rows(path))
+        found = (row.get("index") for row in rows)
         complete = header.get("num_samples") == len(expected) and all(
             got == want for got, want in itertools.zip_longest(found, expected))
     except ValueError:  # a line that is not JSON

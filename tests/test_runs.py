@@ -179,6 +179,13 @@ def cheap_sample(cfg, index):
     return image, record, None
 
 
+def count_draws(monkeypatch):
+    """Swap in cheap_sample, noting each index drawn in the list returned."""
+    drawn = []
+    monkeypatch.setattr(creation, "make_sample", lambda cfg, index: drawn.append(index) or cheap_sample(cfg, index))
+    return drawn
+
+
 def records_alive():
     """Records still referenced anywhere; cheap_sample's list field makes the collector track them."""
     return sum(1 for thing in gc.get_objects() if isinstance(thing, dict) and "pixel_sha256" in thing)
@@ -250,8 +257,7 @@ def test_finished_and_journalled_samples_are_reused_not_redrawn(tmp_path, monkey
     cfg = creation.Config(n=20, seed=3)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     finished = dataset_bytes(tmp_path)
-    drawn = []
-    monkeypatch.setattr(creation, "make_sample", lambda cfg, index: drawn.append(index) or cheap_sample(cfg, index))
+    drawn = count_draws(monkeypatch)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == [] and dataset_bytes(tmp_path) == finished
     # An interrupted run: a journal holding the first ten records, a line cut short, no dataset files.
@@ -272,7 +278,6 @@ def test_overwrite_removes_a_foreign_shard_but_keeps_this_datasets_records(tmp_p
     foreign = tmp_path / "shards" / "shard-00000-of-00002.jsonl"
     foreign.parent.mkdir()
     foreign.write_text(json.dumps(creation.identity(creation.Config(n=12, seed=4))) + "\n", encoding="utf-8")
-    drawn = []
-    monkeypatch.setattr(creation, "make_sample", lambda cfg, index: drawn.append(index) or cheap_sample(cfg, index))
+    drawn = count_draws(monkeypatch)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, overwrite=True)
     assert not foreign.exists() and drawn == [] and dataset_bytes(tmp_path) == finished
