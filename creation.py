@@ -948,10 +948,15 @@ def bare_canvas_tones() -> np.ndarray:
 BARE_CANVAS_TONES = bare_canvas_tones()
 
 
+def bare_canvas(cfg: Config, rng: np.random.Generator) -> np.ndarray:
+    """Tones of the noisy canvas before any ink, row by row.  (size * size,) uint8"""
+    return BARE_CANVAS_TONES[rng.integers(0, 65536, size=cfg.size * cfg.size, dtype=np.uint16)]
+
+
 def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Generator) -> Image.Image:
     """All loops in one ink colour on a noisy off-white canvas, as a palette image."""
     coverage = stroke_coverage(loops, cfg).ravel()
-    tone = BARE_CANVAS_TONES[rng.integers(0, 65536, size=cfg.size * cfg.size, dtype=np.uint16)]
+    tone = bare_canvas(cfg, rng)
     # Inked pixels (about one in twenty) get the same noise, added before rounding.
     inked = np.flatnonzero(coverage > 0)  # a boolean mask is found three times faster than float nonzeros
     noise = rng.standard_normal(len(inked), dtype=np.float32) * NOISE_SIGMA_TONE

@@ -8,7 +8,8 @@ into drawing candidate loops and validating them against the placed ones;
 rendering, PNG encoding, hashing the pixels, writing the file), the encode
 floor (encoding the final image, nothing else) and the whole pipeline's
 ratio to it (and, for context, to saving the same image with Pillow's
-default PNG settings), bytes per image, end-to-end images/s with 1 and 2 workers for
+default PNG settings), the ratio a pipeline would reach if drawing the
+loops cost nothing (encode + canvas noise + pixel hash, over the encode), bytes per image, end-to-end images/s with 1 and 2 workers for
 the generator and for the plain prototype in tests/reference.py (and for
 the generator alone once more over a longer run, for scaling), all
 measured in the same run, in interleaved rounds, with every ratio the
@@ -57,7 +58,7 @@ def stage_times(cfg, indices):
     functions that do each (sample = draw + validate + a little bookkeeping).
     """
     stages = {name: [] for name in ("sample", "draw", "validate", "render", "encode", "hash", "write", "total",
-                                    "png_default", "rgb_zlib6")}
+                                    "canvas_noise", "strokes", "png_default", "rgb_zlib6")}
     sizes = []
     with tempfile.TemporaryDirectory() as tmp:
         for index in indices:
@@ -86,8 +87,16 @@ def stage_times(cfg, indices):
                                   ("write", done - after_hash), ("total", done - clock)):
                 stages[name].append(seconds)
             sizes.append(len(buffer.getvalue()))
-            # Context only, outside the total: the same final image saved by Pillow with its
-            # default PNG settings, and the same picture as the prototype encodes it.
+            # Context only, outside the total: two parts of rendering alone (the noisy bare
+            # canvas, which any image of this task needs, and the antialiased strokes), the
+            # same final image saved by Pillow with its default PNG settings, and the same
+            # picture as the prototype encodes it.
+            clock = time.perf_counter()
+            creation.bare_canvas(cfg, creation.sample_rng(cfg, index))
+            stages["canvas_noise"].append(time.perf_counter() - clock)
+            clock = time.perf_counter()
+            creation.stroke_coverage(tangle.loops, cfg)
+            stages["strokes"].append(time.perf_counter() - clock)
             clock = time.perf_counter()
             image.save(io.BytesIO(), format="PNG")
             stages["png_default"].append(time.perf_counter() - clock)
@@ -159,12 +168,20 @@ def main():
     print("per image, median seconds:")
     for name, seconds in medians.items():
         label = {"draw": "(of sample: drawing candidate loops)", "validate": "(of sample: validating them)",
+                 "canvas_noise": "(of render: the noisy bare canvas alone, timed apart, not part of total)",
+                 "strokes": "(of render: the antialiased strokes alone, timed apart, not part of total)",
                  "png_default": "(the same image saved with Pillow's default PNG settings, not part of total)",
                  "rgb_zlib6": "(the same image as RGB at zlib level 6, not part of total)"}.get(name, "")
         print(f"  {name:<12}{seconds:8.4f} {label}")
     ratios = [t / e for t, e in zip(stages["total"], stages["encode"])]
     print(f"encode floor {medians['encode']:.4f} s; pipeline / encode: median {statistics.median(ratios):.2f}x "
           f"(ratio of medians {medians['total'] / medians['encode']:.2f}x)")
+    # What no pipeline emitting these files can skip, with geometry and strokes free: the
+    # encode itself, the canvas noise the task asks for, and the pixel hash each record carries.
+    floors = [(e + c) / e for e, c in zip(stages["encode"], stages["canvas_noise"])]
+    hashed = [(e + c + h) / e for e, c, h in zip(stages["encode"], stages["canvas_noise"], stages["hash"])]
+    print(f"with no loops at all (geometry and strokes free): encode + canvas noise {statistics.median(floors):.2f}x "
+          f"the encode, + pixel hash {statistics.median(hashed):.2f}x")
     default_ratios = [t / e for t, e in zip(stages["total"], stages["png_default"])]
     print(f"pipeline / the same image saved with Pillow's defaults: median {statistics.median(default_ratios):.2f}x")
     print(f"bytes per image: median {statistics.median(sizes) / 1e3:.0f} KB, max {max(sizes) / 1e3:.0f} KB")
