@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from multiprocessing import Pool
 from pathlib import Path
 from statistics import NormalDist
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -1116,15 +1116,34 @@ def shard_of(path: Path) -> Shard | None:
 
 
 def record_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(byte offset, value) of each line of a JSON-lines file; lines cut short by a crash are skipped."""
+    """(byte offset, value) of each record of a JSON-lines file or of data.json's samples.
+
+    Lines cut short by a crash, and data.json's other lines, are skipped.
+    """
     with open(path, "rb") as lines:
         offset = 0
-        for line in lines:
+        while raw := next_record(lines):
             try:
-                yield offset, json.loads(line)
+                yield offset, json.loads(raw.rstrip(b",\n"))
             except ValueError:
                 pass
-            offset += len(line)
+            offset += len(raw)
+
+
+SAMPLE_OPENING = b"  {\n"  # how write_document starts a sample of data.json: a line of its own
+
+
+def next_record(lines: BinaryIO) -> bytes:
+    """The bytes of the record at the file's position: a line, or in data.json a sample's lines
+    from its opening brace to its closing one. Empty at the end of the file."""
+    line = lines.readline()
+    if line != SAMPLE_OPENING:
+        return line
+    sample = [line]
+    while line and not line.startswith(b"  }"):
+        line = lines.readline()
+        sample.append(line)
+    return b"".join(sample)
 
 
 def generator_files(out_dir: Path) -> list[Path]:
@@ -1196,7 +1215,7 @@ class KnownRecords:
             return None
         with open(self.paths[self.source[index]], "rb") as lines:
             lines.seek(self.offset[index])
-            return json.loads(lines.readline())
+            return json.loads(next_record(lines).rstrip(b",\n"))
 
 
 def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> KnownRecords:
@@ -1206,7 +1225,8 @@ def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> 
     file for a whole run, its own for a shard) and its own journal; other
     shards' journals are only checked for belonging to the same dataset,
     since they may be growing right now. The records of a finished data.json
-    are read from the annotations.jsonl written with it. With overwrite, the
+    are read from the annotations.jsonl written with it, or from data.json
+    itself if that file is gone. With overwrite, the
     other dataset's files are removed instead, together with any of its
     images that this dataset will not rewrite.
     """
@@ -1221,7 +1241,8 @@ def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> 
         if found != identity(cfg):
             foreign.append(path)
         elif path.name == DATA_FILE:
-            mine.append(out_dir / ANNOTATIONS_FILE)
+            # annotations.jsonl is written with it and is quicker to read; without it, data.json's own samples.
+            mine.append(out_dir / ANNOTATIONS_FILE if (out_dir / ANNOTATIONS_FILE).is_file() else path)
         elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
             mine.append(path)
     if foreign and not overwrite:

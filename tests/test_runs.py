@@ -260,8 +260,12 @@ def test_finished_and_journalled_samples_are_reused_not_redrawn(tmp_path, monkey
     drawn = count_draws(monkeypatch)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == [] and dataset_bytes(tmp_path) == finished
-    # An interrupted run: a journal holding the first ten records, a line cut short, no dataset files.
+    # annotations.jsonl deleted: the records come back from data.json's samples.
     lines = (tmp_path / "annotations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "annotations.jsonl").unlink()
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == [] and dataset_bytes(tmp_path) == finished
+    # An interrupted run: a journal holding the first ten records, a line cut short, no dataset files.
     header = json.dumps(creation.identity(cfg)) + "\n"
     (tmp_path / ".progress.jsonl").write_text(header + "".join(lines[:10]) + lines[10][:40], encoding="utf-8")
     (tmp_path / "annotations.jsonl").unlink()
