@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import ctypes
 import dataclasses
 import hashlib
@@ -46,6 +47,11 @@ from PIL import Image, ImageDraw, ImageFont
 from scipy.interpolate import BSpline, splprep
 from scipy.spatial import cKDTree
 from tqdm import tqdm
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
+    fcntl = None
 
 GENERATOR_VERSION = "1.5.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
@@ -1105,6 +1111,32 @@ def journal_path(out_dir: Path, shard: Shard) -> Path:
     return out_dir / (".progress.jsonl" if shard == WHOLE_RUN else f".progress-{shard.tag}.jsonl")
 
 
+@contextlib.contextmanager
+def exclusive_run(out_dir: Path, shard: Shard) -> Iterator[None]:
+    """Hold the folder's lock for a shard (the whole run by default), or refuse.
+
+    A second run of the same command into the same folder, started while
+    the first is still going (a job array without --shard, a requeued job),
+    would journal every sample twice and end with a dataset holding
+    duplicates. The lock is an advisory one on a file beside the journal,
+    released by the system however the run ends.
+    """
+    lock_path = journal_path(out_dir, shard).with_suffix(".lock")
+    with open(lock_path, "a") as lock:
+        try:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            what = "this dataset" if shard == WHOLE_RUN else f"shard {shard.k}/{shard.m} of this dataset"
+            raise DatasetError(f"another run is writing {what} into {out_dir} right now; "
+                               "let it finish or stop it, then run again") from None
+        try:
+            yield
+        finally:
+            # Removed while held: a run that opened it before is refused, one that opens it after makes a new one.
+            lock_path.unlink(missing_ok=True)
+
+
 def shard_path(out_dir: Path, shard: Shard) -> Path:
     return out_dir / SHARDS_DIR / f"shard-{shard.tag}.jsonl"
 
@@ -1455,44 +1487,45 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     """
     indices = shard.indices(cfg.n)
     (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
-    journal = journal_path(out_dir, shard)
-    known = known_records(cfg, out_dir, shard, overwrite)
-    files = {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
+    with exclusive_run(out_dir, shard):
+        journal = journal_path(out_dir, shard)
+        known = known_records(cfg, out_dir, shard, overwrite)
+        files = {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
 
-    def owns(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
-        image = IMAGE_NAME_RE.match(name)
-        if image is None:
-            return name in files
-        index = int(image[1])
-        return index in indices and name == Path(image_name(index, cfg.n)).name
+        def owns(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
+            image = IMAGE_NAME_RE.match(name)
+            if image is None:
+                return name in files
+            index = int(image[1])
+            return index in indices and name == Path(image_name(index, cfg.n)).name
 
-    remove_temporaries(out_dir, owns)
-    if overlays:
-        (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-    jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
-    with open(journal, "a", encoding="utf-8") as log:
-        if log.tell() == 0:
-            log.write(json.dumps(identity(cfg)) + "\n")
+        remove_temporaries(out_dir, owns)
+        if overlays:
+            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
+        jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
+        with open(journal, "a", encoding="utf-8") as log:
+            if log.tell() == 0:
+                log.write(json.dumps(identity(cfg)) + "\n")
+            else:
+                log.write("\n")  # ends a line a crash may have cut short
+            first_record = log.tell()  # earlier lines are a previous attempt's: this run journals every record again
+            for record in run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME):
+                log.write(json.dumps(record, ensure_ascii=False) + "\n")
+                log.flush()
+
+        def records() -> Iterator[dict]:
+            return read_jsonl(journal, first_record)
+
+        if shard == WHOLE_RUN:
+            write_dataset_files(cfg, out_dir, records)
+            for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
+                path.unlink(missing_ok=True)
         else:
-            log.write("\n")  # ends a line a crash may have cut short
-        first_record = log.tell()  # earlier lines are a previous attempt's: this run journals every record again
-        for record in run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME):
-            log.write(json.dumps(record, ensure_ascii=False) + "\n")
-            log.flush()
-
-    def records() -> Iterator[dict]:
-        return read_jsonl(journal, first_record)
-
-    if shard == WHOLE_RUN:
-        write_dataset_files(cfg, out_dir, records)
-        for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
-            path.unlink(missing_ok=True)
-    else:
-        (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
-        header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}
-        write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
-        journal.unlink()
-    return len(indices)
+            (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
+            header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}
+            write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
+            journal.unlink()
+        return len(indices)
 
 
 def checked_shard(cfg: Config, path: Path) -> Shard:
@@ -1523,33 +1556,34 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
     paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
     if not paths:
         raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
-    by_shard: dict[int, Path] = {}
-    shard_count = None
-    for path in paths:
-        shard = checked_shard(cfg, path)
-        if shard_count not in (None, shard.m):
-            raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
-        shard_count = shard.m
-        if shard.k in by_shard:
-            raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
-        by_shard[shard.k] = path
-    missing = sorted(set(range(shard_count)) - set(by_shard))
-    if missing:
-        raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
-    known = KnownRecords(cfg.n)
-    for path in by_shard.values():
-        known.add(path)
-    jobs = ((cfg, r["index"], str(out_dir), r) for r in known.records())
-    checked = zip(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"), known.records())
-    bad = [record["image"] for matches, record in checked if not matches]
-    if bad:
-        raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, first {bad[0]}")
-    write_dataset_files(cfg, out_dir, known.records)
-    for path in paths:
-        path.unlink()
-    if not any((out_dir / SHARDS_DIR).iterdir()):
-        (out_dir / SHARDS_DIR).rmdir()
-    return cfg.n
+    with exclusive_run(out_dir, WHOLE_RUN):  # it writes what a whole run writes
+        by_shard: dict[int, Path] = {}
+        shard_count = None
+        for path in paths:
+            shard = checked_shard(cfg, path)
+            if shard_count not in (None, shard.m):
+                raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
+            shard_count = shard.m
+            if shard.k in by_shard:
+                raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
+            by_shard[shard.k] = path
+        missing = sorted(set(range(shard_count)) - set(by_shard))
+        if missing:
+            raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
+        known = KnownRecords(cfg.n)
+        for path in by_shard.values():
+            known.add(path)
+        jobs = ((cfg, r["index"], str(out_dir), r) for r in known.records())
+        checked = zip(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"), known.records())
+        bad = [record["image"] for matches, record in checked if not matches]
+        if bad:
+            raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, first {bad[0]}")
+        write_dataset_files(cfg, out_dir, known.records)
+        for path in paths:
+            path.unlink()
+        if not any((out_dir / SHARDS_DIR).iterdir()):
+            (out_dir / SHARDS_DIR).rmdir()
+        return cfg.n
 
 
 # ---------------------------------------------------------------------------

@@ -136,6 +136,29 @@ def test_ctrl_c_exits_130_with_one_line_and_resumes(long_reference, tmp_path):
     assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
 
 
+def test_a_second_run_of_the_same_command_is_refused_while_the_first_runs(long_reference, tmp_path, capsys):
+    first = start_and_wait(tmp_path, 2)
+    assert creation.main([*LONG, "--out", str(tmp_path)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: another run is writing this dataset into {tmp_path} right now; "
+        "let it finish or stop it, then run again"]
+    assert first.wait(timeout=300) == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
+    assert listing(tmp_path) == listing(long_reference)  # the lock file is gone too
+
+
+def test_only_the_same_shard_or_a_merge_waits_for_a_shard_run(tmp_path, capsys):
+    with creation.exclusive_run(tmp_path, creation.Shard(1, 3)):
+        assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "1/3"]) == 1
+        assert "shard 1/3 of this dataset" in capsys.readouterr().err
+        for k in (0, 2):  # other shards of the same folder run alongside
+            assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", f"{k}/3"]) == 0
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "1/3"]) == 0
+    with creation.exclusive_run(tmp_path, creation.WHOLE_RUN):  # a merge writes what a whole run writes
+        assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 1
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 0
+
+
 def test_a_different_dataset_is_refused_then_replaced_only_with_overwrite(reference, tmp_path):
     shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
     (tmp_path / "notes.txt").write_text("mine")
