@@ -1416,8 +1416,14 @@ def canonical_command(cfg: Config) -> str:
         if isinstance(value, bool):  # a switch: named when on, absent when off
             parts += [flag(field.name)] * value
         else:
-            parts.append(f"{flag(field.name)} {value:g}" if isinstance(value, float) else f"{flag(field.name)} {value}")
+            parts.append(f"{flag(field.name)} {command_number(value) if isinstance(value, float) else value}")
     return " ".join(parts)
+
+
+def command_number(value: float) -> str:
+    """A value as short as it reads back exactly: 55 rather than 55.0, but every digit of 0.4234567."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
 
 
 def dataset_header(cfg: Config, histogram: Counter) -> dict:

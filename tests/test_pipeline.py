@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from PIL import Image
 from scipy.ndimage import convolve
 from skimage.morphology import skeletonize
@@ -71,6 +73,13 @@ def test_canonical_command_regenerates_the_config(tiny_dataset):
     data = json.loads((tiny_dataset / "data.json").read_text(encoding="utf-8"))
     argv = data["command"].split()[2:]
     assert creation.config_from_args(creation.build_parser().parse_args(argv)) == creation.Config(n=6, seed=11)
+
+
+@given(st.floats(0.0, 0.44, allow_subnormal=False), st.floats(150.0, 180.0))
+def test_canonical_command_keeps_every_digit(angle_jitter, min_radius):
+    cfg = creation.Config(angle_jitter=angle_jitter, min_radius=min_radius)
+    argv = creation.canonical_command(cfg).split()[2:]
+    assert creation.config_from_args(creation.build_parser().parse_args(argv)) == cfg
 
 
 def test_single_sample_regenerates_alone(tiny_dataset):
