@@ -53,7 +53,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "1.5.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "1.6.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -98,7 +98,8 @@ BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
 # count then gives N away; a partial share plus many random curls keeps each statistic alone within about
 # 10 points of chance (a model over both still does better: creation.md, "Still open").
 CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops (0.9 let counting curls alone reach 62 % within one)
-BALANCED_EXTRA_CURLS = 14.0  # curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror
+BALANCED_EXTRA_CURLS = 14.0  # curls on top at --max-loops 11, uniform in [0, this + 1) and floored, so the count is not N's mirror
+BALANCED_CURL_LOOPS = 11  # the --max-loops those extra curls are set for: the ink, and so the room for curls, grows with it
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 CURL_DEPTH = (2.5, 3.5)  # prolate-trochoid ratio, sets curl size: below ~2.4 the tip is sharper than 8 px
@@ -194,6 +195,9 @@ class Config:
                 f"leaves {interior:g} px")
         if self.points_per_loop < 64:
             raise ValueError(f"--points-per-loop must be at least 64, got {self.points_per_loop}")
+        if self.balanced and self.min_loops < 2:
+            raise ValueError(f"--balanced needs --min-loops of at least 2, got {self.min_loops}: "
+                             "its loops join one tangle by crossing one another")
         # Room to spare (0.9), or splitting the longest budget among min_loops loops
         # that must each stay under the largest perimeter would almost never succeed.
         loop_ratio_limit = 0.9 * BALANCED_PERIMETER_PX[1] / BALANCED_MEAN_PERIMETER_PX[1]
@@ -289,7 +293,9 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
     """Per-loop targets for one image, largest loop first; the budgets they share do not depend on N."""
     scale = (cfg.size - 2 * cfg.interior_margin) / BALANCED_REFERENCE_SIDE_PX
     total = cfg.max_loops * scale * rng.uniform(*BALANCED_MEAN_PERIMETER_PX)
-    num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, BALANCED_EXTRA_CURLS + 1))
+    # Extra curls in proportion to the ink: 14 curls on the ink of five loops bend too tightly to draw.
+    extra_curls = BALANCED_EXTRA_CURLS * cfg.max_loops / BALANCED_CURL_LOOPS
+    num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, extra_curls + 1))
     # A curl takes its own gap plus CURL_ARC_GAPS of arc, and leaving every other
     # gap free keeps curls apart. Capping the spacing by the total length over
     # num_curls + num_loops (nearly N-free) leaves the loops room for every

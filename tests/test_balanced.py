@@ -105,3 +105,17 @@ def test_balanced_images_regenerate_alone():
     image, record, _ = creation.make_sample(Config(n=3, seed=4, balanced=True), 2)
     again, record_again, _ = creation.make_sample(Config(n=3, seed=4, balanced=True), 2)
     assert record == record_again and record["pixel_sha256"] == creation.pixel_sha256(again)
+
+
+def test_a_single_loop_is_refused():
+    with pytest.raises(ValueError, match="--balanced needs --min-loops of at least 2"):
+        Config(balanced=True, min_loops=1, max_loops=1)
+
+
+@pytest.mark.parametrize("loops", [2, 5])
+def test_a_narrow_loop_range_places_every_sample(loops):
+    """Extra curls follow the ink: 14 on the ink of two or five loops bent too tightly and sampling gave up."""
+    cfg = Config(n=6, seed=0, balanced=True, min_loops=loops, max_loops=loops, sample_restarts=3)
+    for index in range(6):
+        tangle, _ = creation.sample_tangle(cfg, creation.sample_rng(cfg, index), loops, index)
+        assert creation.tangle_violations(list(tangle.loops), cfg) == [] and connected_pieces(tangle) == 1
