@@ -47,6 +47,18 @@ def test_doc_to_visual_opens_the_image_as_rgb(utils, doc):
     assert images[0].size == (32, 24)
 
 
+def test_doc_to_visual_refuses_an_image_of_another_dataset(utils, doc, tmp_path):
+    """Two datasets share file names: records of one with images of the other must not be scored."""
+    import creation
+
+    with Image.open(tmp_path / doc["image"]) as image:
+        doc["pixel_sha256"] = creation.pixel_sha256(image)
+    assert utils.doc_to_visual(doc)[0].size == (32, 24)
+    Image.new("L", (32, 24), 201).save(tmp_path / doc["image"])
+    with pytest.raises(ValueError, match="not the image its record describes"):
+        utils.doc_to_visual(doc)
+
+
 def test_doc_to_visual_defaults_to_the_repo_root(utils, doc, tmp_path, monkeypatch):
     monkeypatch.delenv("TANGLED_LOOPS_DIR")
     monkeypatch.setattr(utils, "REPO_ROOT", str(tmp_path))
