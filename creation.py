@@ -1043,6 +1043,22 @@ def overlay_name(index: int, n: int) -> str:
     return f"{REVIEW_DIR}/overlays/{Path(image_name(index, n)).name}"
 
 
+def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:
+    """The fields of a sample's record that follow from the config and the index alone, in record order."""
+    return {"image": image_name(index, cfg.n), "width": cfg.size, "height": cfg.size, "num_loops": num_loops,
+            "question": QUESTION, "answer": num_loops, "index": index, "seed": cfg.seed}
+
+
+def record_fits(cfg: Config, record) -> bool:
+    """Whether a record read from disk says what this config makes of its index, in every field known
+    without drawing the sample (its answer above all): an edited or foreign record is not kept."""
+    index = record.get("index") if isinstance(record, dict) else None
+    if not isinstance(index, int) or not 0 <= index < cfg.n:
+        return False
+    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
+    return all(record.get(key) == value for key, value in fixed.items())
+
+
 def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
     """The image, its annotation record and its geometry for sample `index`."""
     rng = sample_rng(cfg, index)
@@ -1050,14 +1066,7 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
     image = render_loops(tangle.loops, cfg, rng)
     crossings = tangle.crossings
     record = {
-        "image": image_name(index, cfg.n),
-        "width": cfg.size,
-        "height": cfg.size,
-        "num_loops": len(tangle.loops),
-        "question": QUESTION,
-        "answer": len(tangle.loops),
-        "index": index,
-        "seed": cfg.seed,
+        **fixed_fields(cfg, index, len(tangle.loops)),
         "num_crossings": int(np.sum(~crossings.is_self)),
         "num_self_crossings": int(np.sum(crossings.is_self)),
         "min_crossing_angle_deg": round(float(crossings.angle_deg.min()), 2) if len(crossings) else None,
@@ -1269,20 +1278,27 @@ def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> 
     images that this dataset will not rewrite.
     """
     journal = journal_path(out_dir, shard)
+    annotations = out_dir / ANNOTATIONS_FILE
     mine, foreign = [], []
     for path in generator_files(out_dir):
         found = file_identity(path)
         if found is None:
             if path == journal:
                 path.unlink()  # killed before its first line was written
+            elif path.name == DATA_FILE and path.exists():
+                foreign.append(path)  # data.json is written whole: one that names no generator is not ours
             continue
         if found != identity(cfg):
             foreign.append(path)
         elif path.name == DATA_FILE:
             # annotations.jsonl is written with it and is quicker to read; without it, data.json's own samples.
-            mine.append(out_dir / ANNOTATIONS_FILE if (out_dir / ANNOTATIONS_FILE).is_file() else path)
+            mine.append(annotations if annotations.is_file() else path)
         elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
             mine.append(path)
+    if annotations.is_file() and not (out_dir / DATA_FILE).exists():
+        # A run killed between writing the two leaves it alone, as does deleting data.json; it is
+        # this dataset's only if every record says what this config makes of its index.
+        (mine if annotations_fit(cfg, annotations) else foreign).append(annotations)
     if foreign and not overwrite:
         raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
                            "choose another --out or pass --overwrite to replace it")
@@ -1296,6 +1312,16 @@ def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> 
     for path in mine:
         known.add(path)
     return known
+
+
+def annotations_fit(cfg: Config, path: Path) -> bool:
+    """Whether an annotations.jsonl holds records only, each one fitting this config."""
+    try:
+        records = read_jsonl(path)
+        first = next(records, None)
+        return first is not None and all(record_fits(cfg, record) for record in itertools.chain([first], records))
+    except (OSError, ValueError):  # unreadable, or a line that is not JSON
+        return False
 
 
 def remove_stale_images(out_dir: Path, n: int) -> None:
@@ -1325,7 +1351,7 @@ def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
                 os.unlink(entry.path)
 
 
-def image_matches(path: Path, sha256: str) -> bool:
+def image_matches(path: Path, sha256: str | None) -> bool:
     try:
         with Image.open(path) as image:
             return pixel_sha256(image) == sha256
@@ -1342,7 +1368,7 @@ def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> dict:
     cfg, index, out_dir, expected, with_overlay = job
     path = Path(out_dir) / image_name(index, cfg.n)
     overlay_path = Path(out_dir) / overlay_name(index, cfg.n)
-    keep_image = expected is not None and image_matches(path, expected["pixel_sha256"])
+    keep_image = expected is not None and record_fits(cfg, expected) and image_matches(path, expected.get("pixel_sha256"))
     if keep_image and (overlay_path.exists() or not with_overlay):
         return expected
     image, record, tangle = make_sample(cfg, index)

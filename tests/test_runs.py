@@ -195,10 +195,10 @@ def test_bad_shard_is_refused(text, tmp_path):
 def cheap_sample(cfg, index):
     """A stand-in for make_sample with a real record's fields but a tiny image, to isolate bookkeeping memory."""
     image = Image.new("L", (8, 8), index % 256)
-    record = {"image": creation.image_name(index, cfg.n), "width": 8, "height": 8, "num_loops": 5,
-              "question": creation.QUESTION, "answer": 5 + index % 7, "index": index, "seed": cfg.seed,
-              "num_crossings": 20, "num_self_crossings": 0, "min_crossing_angle_deg": 31.5, "loop_redraws": 40,
-              "pixel_sha256": creation.pixel_sha256(image), "tracked": []}
+    num_loops = creation.loop_count(cfg, index, creation.sample_rng(cfg, index))
+    record = {**creation.fixed_fields(cfg, index, num_loops), "num_crossings": 20, "num_self_crossings": 0,
+              "min_crossing_angle_deg": 31.5, "loop_redraws": 40, "pixel_sha256": creation.pixel_sha256(image),
+              "tracked": []}
     return image, record, None
 
 
@@ -295,6 +295,48 @@ def test_finished_and_journalled_samples_are_reused_not_redrawn(tmp_path, monkey
     (tmp_path / "data.json").unlink()
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == list(range(10, 20)) and dataset_bytes(tmp_path) == finished
+
+
+def test_an_edited_record_is_drawn_again_not_copied_into_data_json(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=12, seed=3)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    finished = dataset_bytes(tmp_path)
+    lines = (tmp_path / "annotations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    edited = json.loads(lines[4])
+    edited["answer"] = 99
+    lines[4] = json.dumps(edited) + "\n"
+    (tmp_path / "annotations.jsonl").write_text("".join(lines), encoding="utf-8")
+    drawn = count_draws(monkeypatch)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == [4] and dataset_bytes(tmp_path) == finished
+
+
+def test_annotations_without_data_json_are_kept_only_if_they_are_this_datasets(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=12, seed=3)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    finished = dataset_bytes(tmp_path)
+    (tmp_path / "data.json").unlink()
+    drawn = count_draws(monkeypatch)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == [] and dataset_bytes(tmp_path) == finished
+    other = creation.Config(n=12, seed=4)  # another seed: other answers in the same file names
+    (tmp_path / "data.json").unlink()
+    with pytest.raises(creation.DatasetError, match=r"different dataset \(annotations.jsonl\)"):
+        creation.generate_dataset(other, tmp_path, workers=1, quiet=True)
+    assert (tmp_path / "annotations.jsonl").read_bytes() == finished["annotations.jsonl"]
+    creation.generate_dataset(other, tmp_path, workers=1, quiet=True, overwrite=True)
+    assert json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))["config"]["seed"] == 4
+
+
+@pytest.mark.parametrize("text", ["[1, 2, 3]", "not json", '"a string"'])
+def test_a_data_json_this_generator_did_not_write_is_refused(text, tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    (tmp_path / "data.json").write_text(text, encoding="utf-8")
+    with pytest.raises(creation.DatasetError, match=r"different dataset \(data.json\)"):
+        creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
+    assert (tmp_path / "data.json").read_text(encoding="utf-8") == text
 
 
 def test_overwrite_removes_a_foreign_shard_but_keeps_this_datasets_records(tmp_path, monkeypatch):
