@@ -1626,7 +1626,7 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
 
 # ---------------------------------------------------------------------------
 # Scoring: read the count a model's reply commits to, and grade a run.
-# Standard library only, so harnesses can import it without the drawing stack.
+# These functions use the standard library only, though importing creation.py loads numpy, scipy and Pillow.
 
 
 _NUMBER_WORDS = {
@@ -2069,6 +2069,14 @@ def parse_shard(text: str) -> Shard:
     return Shard(int(k), int(m))
 
 
+def usable_cores() -> int:
+    """Cores this process may run on: fewer than the machine has under taskset or a batch scheduler."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on macOS or Windows
+        return os.cpu_count() or 1
+
+
 def build_parser() -> OneLineParser:
     d = Config()
     p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.")
@@ -2077,8 +2085,8 @@ def build_parser() -> OneLineParser:
     run.add_argument("--seed", type=int, default=d.seed, help=f"run seed, non-negative (default {d.seed})")
     run.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
                      help="output folder (default: the folder holding creation.py)")
-    run.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                     help="worker processes; 1 runs without a pool (default: all cores)")
+    run.add_argument("--workers", type=int, default=usable_cores(),
+                     help="worker processes; 1 runs without a pool (default: every core this process may use)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")

@@ -350,3 +350,9 @@ def test_overwrite_removes_a_foreign_shard_but_keeps_this_datasets_records(tmp_p
     drawn = count_draws(monkeypatch)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, overwrite=True)
     assert not foreign.exists() and drawn == [] and dataset_bytes(tmp_path) == finished
+
+
+def test_default_workers_follow_the_cores_this_process_may_use(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert creation.build_parser().parse_args([]).workers == 1
