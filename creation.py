@@ -1399,9 +1399,19 @@ def check_image(job: tuple[Config, int, str, dict]) -> bool:
     return image_matches(Path(out_dir) / record["image"], record["pixel_sha256"])
 
 
-def ignore_interrupts() -> None:
-    # Ctrl-C reaches the whole process group; the parent alone handles it.
+def worker_signals() -> None:
+    # Ctrl-C reaches the whole process group; the parent alone handles it. A
+    # worker stopped by the pool (SIGTERM) just ends, without the parent's handler.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, as a batch scheduler sends at its time limit: the run stops as on Ctrl-C."""
+
+
+def raise_terminated(signum, frame) -> None:
+    raise Terminated
 
 
 def keep_freed_memory() -> None:
@@ -1433,7 +1443,7 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
                 yield function(job)
                 progress.update()
             return
-        with Pool(workers, initializer=ignore_interrupts) as pool:
+        with Pool(workers, initializer=worker_signals) as pool:
             # imap keeps job order, so the output does not depend on the worker count.
             for result in pool.imap(function, jobs, chunksize=1):
                 yield result
@@ -2180,6 +2190,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.overlays and args.merge:
         parser.error("--overlays is made while generating: pass it with --shard")
     workers = min(args.workers, cfg.n)
+    previous_handler = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         if args.merge:
             count = merge_shards(cfg, args.out, workers, args.quiet)
@@ -2191,6 +2202,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name)
         if args.contact_sheet:
             write_contact_sheet(args.out, min(args.contact_sheet, count))
+    except Terminated:
+        print("creation.py: terminated; run the same command again to resume", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("creation.py: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
@@ -2200,6 +2214,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0

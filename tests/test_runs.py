@@ -136,6 +136,19 @@ def test_ctrl_c_exits_130_with_one_line_and_resumes(long_reference, tmp_path):
     assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
 
 
+def test_sigterm_exits_143_with_one_line_and_resumes(long_reference, tmp_path):
+    """A batch scheduler's time limit sends SIGTERM to the parent: no worker tracebacks, and the run resumes."""
+    process = start_and_wait(tmp_path, 3)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 143
+    assert err.strip().splitlines() == ["creation.py: terminated; run the same command again to resume"]
+    assert subprocess.run([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(tmp_path)],
+                          timeout=300).returncode == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
+    assert listing(tmp_path) == listing(long_reference)
+
+
 def test_a_second_run_of_the_same_command_is_refused_while_the_first_runs(long_reference, tmp_path, capsys):
     first = start_and_wait(tmp_path, 2)
     assert creation.main([*LONG, "--out", str(tmp_path)]) == 1
