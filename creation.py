@@ -67,6 +67,7 @@ QUESTION = (
     "report the count as a positive integer."
 )
 
+MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per index in memory
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
@@ -147,6 +148,8 @@ class Config:
             value = getattr(self, field.name)
             if isinstance(value, float) and not np.isfinite(value):
                 raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
+        if self.n > MAX_SAMPLES:
+            raise ValueError(f"--n must be at most {MAX_SAMPLES:,}, got {self.n:,}")
         if self.answers not in ANSWER_DISTRIBUTIONS:
             raise ValueError(f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}")
         if self.seed < 0:
@@ -188,7 +191,7 @@ class Config:
             raise ValueError(f"--interior-margin {self.interior_margin:g} leaves no room on a "
                              f"--size {self.size} canvas")
         widest_ring = 2 * self.max_radius * (1 + self.radius_jitter)
-        if widest_ring > interior:
+        if widest_ring > interior and not self.balanced:  # balanced loops are sized by their ink share instead
             raise ValueError(
                 f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px "
                 f"but --size {self.size} minus twice --interior-margin {self.interior_margin} "
@@ -1603,7 +1606,9 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
     """
     paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
     if not paths:
-        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
+        merged = file_identity(out_dir / DATA_FILE) == identity(cfg)
+        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}"
+                           + (f"; {out_dir} already holds this dataset, merged" if merged else ""))
     with exclusive_run(out_dir, WHOLE_RUN):  # it writes what a whole run writes
         by_shard: dict[int, Path] = {}
         shard_count = None
@@ -2142,7 +2147,7 @@ def build_parser() -> OneLineParser:
     grade = p.add_argument_group("evaluate model answers (instead of generating)")
     grade.add_argument("--evaluate", type=Path, metavar="PREDICTIONS.jsonl",
                        help='score a JSONL file of {"image": ..., "response": ...} lines and print a report')
-    grade.add_argument("--dataset", type=Path, default=Path(__file__).resolve().parent,
+    grade.add_argument("--dataset", type=Path,
                        help="dataset folder holding annotations.jsonl (default: the folder holding creation.py)")
     grade.add_argument("--json", action="store_true", help="with --evaluate: print the report as one JSON document")
     return p
@@ -2174,7 +2179,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.evaluate is not None:
-        return run_evaluation(args.evaluate, args.dataset, args.json)
+        return run_evaluation(args.evaluate, args.dataset or Path(__file__).resolve().parent, args.json)
+    if args.json or args.dataset:
+        parser.error("--json and --dataset apply to --evaluate only; a generation writes into --out")
     try:
         cfg = config_from_args(args)
     except ValueError as error:

@@ -119,3 +119,10 @@ def test_a_narrow_loop_range_places_every_sample(loops):
     for index in range(6):
         tangle, _ = creation.sample_tangle(cfg, creation.sample_rng(cfg, index), loops, index)
         assert creation.tangle_violations(list(tangle.loops), cfg) == [] and connected_pieces(tangle) == 1
+
+
+def test_the_loop_radius_flags_it_ignores_are_not_checked():
+    """Balanced loops are sized by their ink share, so --max-radius cannot make a small canvas refuse it."""
+    with pytest.raises(ValueError, match="--max-radius"):
+        Config(size=768)
+    assert Config(size=768, balanced=True).size == 768

@@ -123,6 +123,10 @@ def test_image_names_widen_for_large_datasets():
     (["--stroke-width", "nan"], "--stroke-width"),
     (["--workers", "0"], "--workers"),
     (["--size", "big"], "--size"),
+    (["--n", "10000000000"], "--n"),
+    (["--json"], "--evaluate"),
+    (["--dataset", "somewhere"], "--evaluate"),
+    (["--balanced", "--min-loops", "1", "--max-loops", "2"], "--min-loops"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, flag):
     (tmp_path / "keep.txt").write_text("untouched")

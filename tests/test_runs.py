@@ -56,6 +56,12 @@ def two_of_three_shards(tmp_path):
     return tmp_path
 
 
+def test_a_second_merge_says_the_dataset_is_already_merged(reference, tmp_path, capsys):
+    shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 1
+    assert capsys.readouterr().err.strip().endswith(f"{tmp_path} already holds this dataset, merged")
+
+
 def test_merge_names_a_missing_shard(two_of_three_shards, capsys):
     assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--merge"]) == 1
     assert "missing shard(s) 1/3" in capsys.readouterr().err
