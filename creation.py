@@ -1404,9 +1404,14 @@ def check_image(job: tuple[Config, int, str, dict]) -> bool:
 
 def worker_signals() -> None:
     # Ctrl-C reaches the whole process group; the parent alone handles it. A
-    # worker stopped by the pool (SIGTERM) just ends, without the parent's handler.
+    # worker the pool stops (SIGTERM) unwinds quietly instead of dying on the
+    # spot, so the image it was writing leaves no temporary file behind.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, exit_quietly)
+
+
+def exit_quietly(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 class Terminated(KeyboardInterrupt):

@@ -2,6 +2,7 @@
 
 import gc
 import json
+import multiprocessing
 import os
 import resource
 import shutil
@@ -153,6 +154,22 @@ def test_sigterm_exits_143_with_one_line_and_resumes(long_reference, tmp_path):
                           timeout=300).returncode == 0
     assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
     assert listing(tmp_path) == listing(long_reference)
+
+
+def write_forever(tmp):
+    tmp.write_bytes(b"half an image")
+    time.sleep(60)
+
+
+def test_a_worker_stopped_while_writing_leaves_no_temporary(tmp_path):
+    """Ctrl-C or SIGTERM makes the pool stop its workers; one caught mid-write cleans up after itself."""
+    with multiprocessing.Pool(1, initializer=creation.worker_signals) as pool:
+        pool.apply_async(creation.write_atomic, (tmp_path / "image.png", write_forever))
+        deadline = time.monotonic() + 30
+        while not any(tmp_path.iterdir()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [p.name.split(".tmp")[0] for p in tmp_path.iterdir()] == [".image.png"]  # caught mid-write
+    assert list(tmp_path.iterdir()) == []  # leaving the block terminated the pool
 
 
 def test_a_second_run_of_the_same_command_is_refused_while_the_first_runs(long_reference, tmp_path, capsys):
