@@ -34,6 +34,7 @@ import posixpath
 import re
 import signal
 import sys
+import threading
 import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -1137,22 +1138,42 @@ def exclusive_run(out_dir: Path, shard: Shard) -> Iterator[None]:
     the first is still going (a job array without --shard, a requeued job),
     would journal every sample twice and end with a dataset holding
     duplicates. The lock is an advisory one on a file beside the journal,
-    released by the system however the run ends.
+    released by the system however the run ends. Where there are no such
+    locks (Windows, some network file systems), runs go unguarded.
     """
+    if fcntl is None:
+        yield
+        return
     lock_path = journal_path(out_dir, shard).with_suffix(".lock")
-    with open(lock_path, "a") as lock:
+    while True:
+        lock = open(lock_path, "a")
         try:
-            if fcntl is not None:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if locks_its_path(lock, lock_path):
+                break
         except BlockingIOError:
+            lock.close()
             what = "this dataset" if shard == WHOLE_RUN else f"shard {shard.k}/{shard.m} of this dataset"
             raise DatasetError(f"another run is writing {what} into {out_dir} right now; "
                                "let it finish or stop it, then run again") from None
-        try:
-            yield
-        finally:
-            # Removed while held: a run that opened it before is refused, one that opens it after makes a new one.
-            lock_path.unlink(missing_ok=True)
+        except OSError:
+            print(f"creation.py: note: {out_dir} does not support file locks; nothing stops a second run "
+                  "writing the same files at once", file=sys.stderr)
+            break
+        lock.close()  # a run that ended meanwhile removed the file we locked: lock the path afresh
+    try:
+        yield
+    finally:
+        lock_path.unlink(missing_ok=True)  # while held: a run that locks this file later finds it gone and retries
+        lock.close()
+
+
+def locks_its_path(lock, lock_path: Path) -> bool:
+    """Whether the open file is still the one at lock_path (not removed or replaced since it was opened)."""
+    try:
+        return os.path.samestat(os.fstat(lock.fileno()), os.stat(lock_path))
+    except FileNotFoundError:
+        return False
 
 
 def shard_path(out_dir: Path, shard: Shard) -> Path:
@@ -1298,10 +1319,11 @@ def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> 
             mine.append(annotations if annotations.is_file() else path)
         elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
             mine.append(path)
-    if annotations.is_file() and not (out_dir / DATA_FILE).exists():
-        # A run killed between writing the two leaves it alone, as does deleting data.json; it is
-        # this dataset's only if every record says what this config makes of its index.
-        (mine if annotations_fit(cfg, annotations) else foreign).append(annotations)
+    if annotations.is_file() and not (out_dir / DATA_FILE).exists() and not annotations_fit(cfg, annotations):
+        # Left alone by a run killed between writing the two, or by deleting data.json, it is
+        # rewritten; its records are not reused, for nothing in it names the config that drew
+        # the images. Records that do not even fit this config are another dataset's.
+        foreign.append(annotations)
     if foreign and not overwrite:
         raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
                            "choose another --out or pass --overwrite to replace it")
@@ -1397,9 +1419,9 @@ def write_contact_sheet(out_dir: Path, count: int) -> None:
 
 
 def check_image(job: tuple[Config, int, str, dict]) -> bool:
-    """Worker: whether a record's image is on disk with the recorded pixels."""
+    """Worker: whether a record fits the config and its image is on disk with the recorded pixels."""
     cfg, index, out_dir, record = job
-    return image_matches(Path(out_dir) / record["image"], record["pixel_sha256"])
+    return record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"], record.get("pixel_sha256"))
 
 
 def worker_signals() -> None:
@@ -1609,12 +1631,14 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
     Records are read back from the shard files one at a time, never all held
     at once. Returns the number of samples.
     """
-    paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
-    if not paths:
-        merged = file_identity(out_dir / DATA_FILE) == identity(cfg)
-        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}"
-                           + (f"; {out_dir} already holds this dataset, merged" if merged else ""))
+    if not out_dir.is_dir():
+        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
     with exclusive_run(out_dir, WHOLE_RUN):  # it writes what a whole run writes
+        paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
+        if not paths:
+            merged = file_identity(out_dir / DATA_FILE) == identity(cfg)
+            raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}"
+                               + (f"; {out_dir} already holds this dataset, merged" if merged else ""))
         by_shard: dict[int, Path] = {}
         shard_count = None
         for path in paths:
@@ -2202,7 +2226,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.overlays and args.merge:
         parser.error("--overlays is made while generating: pass it with --shard")
     workers = min(args.workers, cfg.n)
-    previous_handler = signal.signal(signal.SIGTERM, raise_terminated)
+    # Signal handlers can only be set from the main thread; a harness calling main() elsewhere keeps its own.
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous_handler = signal.signal(signal.SIGTERM, raise_terminated) if in_main_thread else None
     try:
         if args.merge:
             count = merge_shards(cfg, args.out, workers, args.quiet)
@@ -2227,7 +2253,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous_handler)
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0

@@ -1,5 +1,6 @@
 """Runs that span machines or survive interruption: shards, merge, resume, refusals, signals."""
 
+import fcntl
 import gc
 import json
 import multiprocessing
@@ -9,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -348,22 +350,67 @@ def test_an_edited_record_is_drawn_again_not_copied_into_data_json(tmp_path, mon
     assert drawn == [4] and dataset_bytes(tmp_path) == finished
 
 
-def test_annotations_without_data_json_are_kept_only_if_they_are_this_datasets(tmp_path, monkeypatch):
+def test_annotations_without_data_json_are_rewritten_or_refused_never_reused(tmp_path, monkeypatch):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
     cfg = creation.Config(n=12, seed=3)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     finished = dataset_bytes(tmp_path)
     (tmp_path / "data.json").unlink()
     drawn = count_draws(monkeypatch)
-    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
-    assert drawn == [] and dataset_bytes(tmp_path) == finished
-    other = creation.Config(n=12, seed=4)  # another seed: other answers in the same file names
+    # Nothing in annotations.jsonl names the settings that drew the images (here another stroke width).
+    thicker = creation.Config(n=12, seed=3, stroke_width=4.0)
+    creation.generate_dataset(thicker, tmp_path, workers=1, quiet=True)
+    assert drawn == list(range(12))
+    assert json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))["config"]["stroke_width"] == 4.0
     (tmp_path / "data.json").unlink()
+    other = creation.Config(n=12, seed=4)  # another seed: other answers under the same file names
     with pytest.raises(creation.DatasetError, match=r"different dataset \(annotations.jsonl\)"):
         creation.generate_dataset(other, tmp_path, workers=1, quiet=True)
     assert (tmp_path / "annotations.jsonl").read_bytes() == finished["annotations.jsonl"]
     creation.generate_dataset(other, tmp_path, workers=1, quiet=True, overwrite=True)
     assert json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))["config"]["seed"] == 4
+
+
+def test_merge_refuses_an_edited_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=6, seed=3)
+    for k in range(2):
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, shard=creation.Shard(k, 2))
+    shard_file = tmp_path / "shards" / "shard-00001-of-00002.jsonl"
+    lines = shard_file.read_text(encoding="utf-8").splitlines(keepends=True)
+    edited = json.loads(lines[1])
+    edited["answer"] += 1
+    lines[1] = json.dumps(edited) + "\n"
+    shard_file.write_text("".join(lines), encoding="utf-8")
+    with pytest.raises(creation.DatasetError, match="1 image.* not matching their record"):
+        creation.merge_shards(cfg, tmp_path, workers=1, quiet=True)
+
+
+def test_a_lock_file_removed_before_it_was_locked_guards_nothing(tmp_path):
+    lock_path = tmp_path / ".progress.lock"
+    with creation.exclusive_run(tmp_path, creation.WHOLE_RUN):
+        late = open(lock_path, "a")  # a run that opened the file just before the first removed it
+    try:
+        with creation.exclusive_run(tmp_path, creation.WHOLE_RUN):  # a third run, on a new file
+            fcntl.flock(late, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file can still be locked...
+            assert not creation.locks_its_path(late, lock_path)  # ...and is known not to be the path's
+            with pytest.raises(creation.DatasetError, match="another run"):
+                with creation.exclusive_run(tmp_path, creation.WHOLE_RUN):
+                    pass
+    finally:
+        late.close()
+    assert not lock_path.exists()
+
+
+def test_main_runs_outside_the_main_thread(tmp_path, monkeypatch):
+    """A harness may call main() from a worker thread, where signal handlers cannot be set."""
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    results = []
+    thread = threading.Thread(target=lambda: results.append(
+        creation.main([*FLAGS, "--out", str(tmp_path), "--workers", "1"])))
+    thread.start()
+    thread.join(timeout=120)
+    assert results == [0]
 
 
 @pytest.mark.parametrize("text", ["[1, 2, 3]", "not json", '"a string"'])
