@@ -172,7 +172,7 @@ def main():
                  "strokes": "(of render: the antialiased strokes alone, timed apart, not part of total)",
                  "png_default": "(the same image saved with Pillow's default PNG settings, not part of total)",
                  "rgb_zlib6": "(the same image as RGB at zlib level 6, not part of total)"}.get(name, "")
-        print(f"  {name:<12}{seconds:8.4f} {label}")
+        print(f"  {name:<12}{seconds:8.4f} {label}".rstrip())
     ratios = [t / e for t, e in zip(stages["total"], stages["encode"])]
     print(f"encode floor {medians['encode']:.4f} s; pipeline / encode: median {statistics.median(ratios):.2f}x "
           f"(ratio of medians {medians['total'] / medians['encode']:.2f}x)")
