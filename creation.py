@@ -1426,14 +1426,12 @@ def check_image(job: tuple[Config, int, str, dict]) -> bool:
 
 def worker_signals() -> None:
     # Ctrl-C reaches the whole process group; the parent alone handles it. A
-    # worker the pool stops (SIGTERM) unwinds quietly instead of dying on the
-    # spot, so the image it was writing leaves no temporary file behind.
+    # worker the pool stops (SIGTERM) must die on the spot: a Python handler
+    # can miss a signal that lands just before the worker blocks waiting for
+    # its next job, and the pool would then wait on it forever. The parent
+    # removes what a stopped worker was writing.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, exit_quietly)
-
-
-def exit_quietly(signum, frame) -> None:
-    raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Terminated(KeyboardInterrupt):
@@ -1587,9 +1585,15 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
             else:
                 log.write("\n")  # ends a line a crash may have cut short
             first_record = log.tell()  # earlier lines are a previous attempt's: this run journals every record again
-            for record in run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME):
-                log.write(json.dumps(record, ensure_ascii=False) + "\n")
-                log.flush()
+            results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
+            try:
+                for record in results:
+                    log.write(json.dumps(record, ensure_ascii=False) + "\n")
+                    log.flush()
+            except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
+                results.close()
+                remove_temporaries(out_dir, owns)
+                raise
 
         def records() -> Iterator[dict]:
             return read_jsonl(journal, first_record)

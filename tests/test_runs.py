@@ -163,15 +163,22 @@ def write_forever(tmp):
     time.sleep(60)
 
 
-def test_a_worker_stopped_while_writing_leaves_no_temporary(tmp_path):
-    """Ctrl-C or SIGTERM makes the pool stop its workers; one caught mid-write cleans up after itself."""
-    with multiprocessing.Pool(1, initializer=creation.worker_signals) as pool:
-        pool.apply_async(creation.write_atomic, (tmp_path / "image.png", write_forever))
-        deadline = time.monotonic() + 30
-        while not any(tmp_path.iterdir()) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert [p.name.split(".tmp")[0] for p in tmp_path.iterdir()] == [".image.png"]  # caught mid-write
-    assert list(tmp_path.iterdir()) == []  # leaving the block terminated the pool
+def test_a_run_stopped_while_a_worker_writes_leaves_no_temporary(tmp_path, monkeypatch):
+    """The pool kills its workers outright when a run stops; the parent then removes their half-written files."""
+    cfg = creation.Config(n=4, seed=3)
+    written = tmp_path / creation.image_name(1, cfg.n)
+
+    def stopping_sample(cfg, index):  # forked workers inherit this patch
+        if index == 0:
+            while not any(written.parent.glob(".*.tmp*")):  # fail only once sample 1 is mid-write
+                time.sleep(0.01)
+            raise RuntimeError("stop")
+        creation.write_atomic(written, write_forever)
+
+    monkeypatch.setattr(creation, "make_sample", stopping_sample)
+    with pytest.raises(RuntimeError, match="stop"):
+        creation.generate_dataset(cfg, tmp_path, workers=2, quiet=True)
+    assert list((tmp_path / "images").iterdir()) == []
 
 
 def test_a_second_run_of_the_same_command_is_refused_while_the_first_runs(long_reference, tmp_path, capsys):
