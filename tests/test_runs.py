@@ -3,7 +3,6 @@
 import fcntl
 import gc
 import json
-import multiprocessing
 import os
 import resource
 import shutil
