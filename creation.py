@@ -2212,6 +2212,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.evaluate is not None:
+        defaults = vars(parser.parse_args([]))
+        generation_flags = [flag(name) for name, value in vars(args).items()
+                            if name not in ("evaluate", "dataset", "json") and value != defaults[name]]
+        if generation_flags:
+            parser.error(f"--evaluate grades predictions and takes only --dataset and --json, "
+                         f"not {', '.join(generation_flags)}")
         return run_evaluation(args.evaluate, args.dataset or Path(__file__).resolve().parent, args.json)
     if args.json or args.dataset:
         parser.error("--json and --dataset apply to --evaluate only; a generation writes into --out")
