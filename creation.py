@@ -100,8 +100,10 @@ BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
 # count then gives N away; a partial share plus many random curls keeps each statistic alone within about
 # 10 points of chance (a model over both still does better: creation.md, "Still open").
 CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops (0.9 let counting curls alone reach 62 % within one)
-BALANCED_EXTRA_CURLS = 14.0  # curls on top at --max-loops 11, uniform in [0, this + 1) and floored, so the count is not N's mirror
-BALANCED_CURL_LOOPS = 11  # the --max-loops those extra curls are set for: the ink, and so the room for curls, grows with it
+# Curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror; set for
+# BALANCED_CURL_LOOPS = --max-loops and scaled with it, as the ink and so the room for curls is.
+BALANCED_EXTRA_CURLS = 14.0
+BALANCED_CURL_LOOPS = 11
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 CURL_DEPTH = (2.5, 3.5)  # prolate-trochoid ratio, sets curl size: below ~2.4 the tip is sharper than 8 px
@@ -1393,7 +1395,8 @@ def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> dict:
     cfg, index, out_dir, expected, with_overlay = job
     path = Path(out_dir) / image_name(index, cfg.n)
     overlay_path = Path(out_dir) / overlay_name(index, cfg.n)
-    keep_image = expected is not None and record_fits(cfg, expected) and image_matches(path, expected.get("pixel_sha256"))
+    keep_image = (expected is not None and record_fits(cfg, expected)
+                  and image_matches(path, expected.get("pixel_sha256")))
     if keep_image and (overlay_path.exists() or not with_overlay):
         return expected
     image, record, tangle = make_sample(cfg, index)
