@@ -119,11 +119,37 @@ def start_and_wait(out, finished_samples):
     raise AssertionError("the run finished or stalled before it could be interrupted")
 
 
+def children_of(pid):
+    """Process ids whose parent is pid, from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def running(pid):
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
 def test_run_killed_several_times_then_resumed_equals_one_run(long_reference, tmp_path):
     for finished in (2, 9, 17):
         process = start_and_wait(tmp_path, finished)
+        workers = children_of(process.pid)
         process.kill()
-        process.communicate()
+        _, err = process.communicate()
+        deadline = time.monotonic() + 10
+        while any(map(running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert workers and not any(map(running, workers))  # they die with the parent, not after their image
+        assert "Traceback" not in err
     assert not (tmp_path / "annotations.jsonl").exists()
     (tmp_path / "images" / "tangled_loops_00001.png").write_bytes(b"truncated")
     assert subprocess.run([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(tmp_path)],
