@@ -36,9 +36,10 @@ import signal
 import sys
 import threading
 import zlib
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import Pool
 from pathlib import Path
 from statistics import NormalDist
 from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple
@@ -68,6 +69,7 @@ QUESTION = (
     "report the count as a positive integer."
 )
 
+JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
 MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per index in memory
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 
@@ -1427,18 +1429,17 @@ def check_image(job: tuple[Config, int, str, dict]) -> bool:
     return record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"], record.get("pixel_sha256"))
 
 
-def worker_signals() -> None:
-    # Ctrl-C reaches the whole process group; the parent alone handles it. A
-    # worker the pool stops (SIGTERM) must die on the spot: a Python handler
-    # can miss a signal that lands just before the worker blocks waiting for
-    # its next job, and the pool would then wait on it forever. The parent
-    # removes what a stopped worker was writing.
+def worker_signals(parent_pid: int) -> None:
+    # Ctrl-C reaches the whole process group; the parent alone handles it and
+    # lets the running images finish. SIGTERM keeps its default action: a
+    # Python handler can miss a signal that lands just before the worker
+    # blocks waiting for its next job, and the pool stops workers with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    die_with_parent()
+    die_with_parent(parent_pid)
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Ask Linux to kill this worker when the parent dies unwarned (kill -9, out of memory).
 
     Otherwise each worker finishes its image, fails to hand it to the dead
@@ -1450,6 +1451,8 @@ def die_with_parent() -> None:
         return
     pr_set_pdeathsig = 1  # from linux/prctl.h
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent_pid:  # it died before the request was made
+        os._exit(1)
 
 
 class Terminated(KeyboardInterrupt):
@@ -1480,7 +1483,7 @@ def keep_freed_memory() -> None:
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
     """Yield function(job) for each of the total jobs in order, on a pool unless workers == 1.
 
-    jobs may be a generator: the pool takes jobs only as fast as its pipe to the workers drains.
+    jobs may be a generator: it is read only as fast as results come back.
     """
     keep_freed_memory()
     with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
@@ -1489,11 +1492,32 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
                 yield function(job)
                 progress.update()
             return
-        with Pool(workers, initializer=worker_signals) as pool:
-            # imap keeps job order, so the output does not depend on the worker count.
-            for result in pool.imap(function, jobs, chunksize=1):
-                yield result
+        # A process pool that survives a worker killed outright (a signal to the whole process
+        # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
+        pool = ProcessPoolExecutor(workers, initializer=worker_signals, initargs=(os.getpid(),))
+        try:
+            # A few jobs in flight per worker keep every one busy; results come back in job order,
+            # so the output does not depend on the worker count, and memory stays flat in n.
+            in_flight: deque = deque()
+            for job in jobs:
+                in_flight.append(pool.submit(function, job))
+                if len(in_flight) == JOBS_IN_FLIGHT_PER_WORKER * workers:
+                    yield in_flight.popleft().result()
+                    progress.update()
+            while in_flight:
+                yield in_flight.popleft().result()
                 progress.update()
+        except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): no image is worth waiting for
+            stop_workers(pool)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End a pool's workers now, mid-image (Python 3.14 has terminate_workers() for this; 3.11 does not)."""
+    for process in list((pool._processes or {}).values()):
+        process.terminate()
 
 
 def canonical_command(cfg: Config) -> str:
@@ -1584,7 +1608,10 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     with exclusive_run(out_dir, shard):
         journal = journal_path(out_dir, shard)
         known = known_records(cfg, out_dir, shard, overwrite)
-        files = {journal.name, shard_path(out_dir, shard).name, ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
+        # A shard's run touches no dataset file: a merge or a whole run may be writing those now.
+        files = {journal.name, shard_path(out_dir, shard).name}
+        if shard == WHOLE_RUN:
+            files |= {ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
 
         def owns(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
             image = IMAGE_NAME_RE.match(name)
@@ -1610,7 +1637,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
                     log.flush()
             except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
                 results.close()
-                remove_temporaries(out_dir, owns)
+                remove_temporaries(out_dir, lambda name: IMAGE_NAME_RE.match(name) is not None and owns(name))
                 raise
 
         def records() -> Iterator[dict]:
@@ -2204,6 +2231,14 @@ def build_parser() -> OneLineParser:
     return p
 
 
+def given_options(argv: list[str] | None) -> list[str]:
+    """The options named on the command line, as their destinations (defaults left out)."""
+    parser = build_parser()
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return list(vars(parser.parse_args(argv)))
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
 
@@ -2230,9 +2265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.evaluate is not None:
-        defaults = vars(parser.parse_args([]))
-        generation_flags = [flag(name) for name, value in vars(args).items()
-                            if name not in ("evaluate", "dataset", "json") and value != defaults[name]]
+        generation_flags = [flag(name) for name in given_options(argv)
+                            if name not in ("evaluate", "dataset", "json", "quiet")]
         if generation_flags:
             parser.error(f"--evaluate grades predictions and takes only --dataset and --json, "
                          f"not {', '.join(generation_flags)}")
@@ -2276,6 +2310,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (PlacementError, DatasetError) as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
+        return 1
+    except BrokenProcessPool:
+        print("creation.py: error: a worker process was killed (by a signal, or out of memory); "
+              "run the same command again to resume", file=sys.stderr)
         return 1
     except OSError as error:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)

@@ -127,7 +127,7 @@ def test_image_names_widen_for_large_datasets():
     (["--json"], "--evaluate"),
     (["--dataset", "somewhere"], "--evaluate"),
     (["--balanced", "--min-loops", "1", "--max-loops", "2"], "--min-loops"),
-    (["--evaluate", "predictions.jsonl", "--n", "-5", "--merge"], "not --n, --out, --merge"),
+    (["--evaluate", "predictions.jsonl", "--n", "500", "--merge", "--quiet"], "not --n, --merge, --out"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, flag):
     (tmp_path / "keep.txt").write_text("untouched")

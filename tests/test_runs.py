@@ -206,6 +206,46 @@ def test_a_run_stopped_while_a_worker_writes_leaves_no_temporary(tmp_path, monke
     assert list((tmp_path / "images").iterdir()) == []
 
 
+SLOW_LAST_SAMPLE = """
+import sys, time
+sys.path.insert(0, {root!r})
+import creation
+drawn = creation.make_sample
+def slow_last(cfg, index):
+    if index == cfg.n - 1:
+        time.sleep(60)
+    return drawn(cfg, index)
+creation.make_sample = slow_last
+sys.exit(creation.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_to_the_whole_group_with_a_worker_idle_stops_promptly(tmp_path):
+    """timeout(1), kill -- -PGID or a batch scheduler signal every process: an idle worker then dies
+    holding the job queue's lock, which must not leave the parent waiting for it forever."""
+    script = tmp_path / "slow_last.py"
+    script.write_text(SLOW_LAST_SAMPLE.format(root=str(ROOT)), encoding="utf-8")
+    out = tmp_path / "out"
+    process = subprocess.Popen([sys.executable, str(script), "--n", "4", "--seed", "21", "--workers", "2",
+                                "--quiet", "--out", str(out)], stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    journal = out / ".progress.jsonl"
+    deadline = time.monotonic() + 60
+    while not (journal.exists() and journal.read_text().count("\n") > 3) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the other worker is now idle, waiting for a job
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        _, err = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise AssertionError("the run hung after SIGTERM")
+    assert process.returncode == 143
+    assert err.strip().splitlines() == ["creation.py: terminated; run the same command again to resume"]
+    assert not [p.name for p in out.rglob(".*") if p.name != ".progress.jsonl"]  # no lock, no temporary
+
+
 def test_a_second_run_of_the_same_command_is_refused_while_the_first_runs(long_reference, tmp_path, capsys):
     first = start_and_wait(tmp_path, 2)
     assert creation.main([*LONG, "--out", str(tmp_path)]) == 1
