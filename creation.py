@@ -29,6 +29,7 @@ import hashlib
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import posixpath
 import re
@@ -1494,7 +1495,8 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
             return
         # A process pool that survives a worker killed outright (a signal to the whole process
         # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
-        pool = ProcessPoolExecutor(workers, initializer=worker_signals, initargs=(os.getpid(),))
+        pool = ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=worker_signals,
+                                   initargs=(os.getpid(),))
         try:
             # A few jobs in flight per worker keep every one busy; results come back in job order,
             # so the output does not depend on the worker count, and memory stays flat in n.
@@ -1512,6 +1514,13 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+
+def worker_context() -> multiprocessing.context.BaseContext:
+    """Fork where the system has it (the default on Linux only up to Python 3.13): workers then start
+    at once, inherit keep_freed_memory's setting and are children of this process, as die_with_parent expects."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
 
 
 def stop_workers(pool: ProcessPoolExecutor) -> None:

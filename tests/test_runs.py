@@ -511,3 +511,12 @@ def test_default_workers_follow_the_cores_this_process_may_use(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     assert creation.build_parser().parse_args([]).workers == 1
+
+
+def test_workers_are_forked_whatever_the_default_start_method(tmp_path):
+    """Python 3.14 makes forkserver Linux's default; workers must still be this process's children."""
+    code = ("import multiprocessing, sys; multiprocessing.set_start_method('forkserver'); "
+            f"sys.path.insert(0, {str(ROOT)!r}); import creation; "
+            f"sys.exit(creation.main({[*FLAGS, '--out', str(tmp_path), '--workers', '2']!r}))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
