@@ -1622,14 +1622,14 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         if shard == WHOLE_RUN:
             files |= {ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
 
-        def owns(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
+        def owns_image(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
             image = IMAGE_NAME_RE.match(name)
             if image is None:
-                return name in files
+                return False
             index = int(image[1])
             return index in indices and name == Path(image_name(index, cfg.n)).name
 
-        remove_temporaries(out_dir, owns)
+        remove_temporaries(out_dir, lambda name: name in files or owns_image(name))
         if overlays:
             (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
         jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
@@ -1646,7 +1646,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
                     log.flush()
             except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
                 results.close()
-                remove_temporaries(out_dir, lambda name: IMAGE_NAME_RE.match(name) is not None and owns(name))
+                remove_temporaries(out_dir, owns_image)
                 raise
 
         def records() -> Iterator[dict]:
