@@ -158,25 +158,17 @@ def test_run_killed_several_times_then_resumed_equals_one_run(long_reference, tm
     assert listing(tmp_path) == listing(long_reference)  # no journal, no temporary left
 
 
-def test_ctrl_c_exits_130_with_one_line_and_resumes(long_reference, tmp_path):
+@pytest.mark.parametrize("sent, status, message", [
+    (signal.SIGINT, 130, "interrupted"),
+    (signal.SIGTERM, 143, "terminated"),  # a batch scheduler's time limit
+])
+def test_a_signal_to_the_parent_exits_with_one_line_and_resumes(long_reference, tmp_path, sent, status, message):
     process = start_and_wait(tmp_path, 3)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(sent)
     _, err = process.communicate(timeout=30)
-    assert process.returncode == 130
-    assert err.strip().splitlines() == ["creation.py: interrupted; run the same command again to resume"]
+    assert process.returncode == status
+    assert err.strip().splitlines() == [f"creation.py: {message}; run the same command again to resume"]
     assert not (tmp_path / "annotations.jsonl").exists()
-    assert subprocess.run([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(tmp_path)],
-                          timeout=300).returncode == 0
-    assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
-
-
-def test_sigterm_exits_143_with_one_line_and_resumes(long_reference, tmp_path):
-    """A batch scheduler's time limit sends SIGTERM to the parent: no worker tracebacks, and the run resumes."""
-    process = start_and_wait(tmp_path, 3)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=30)
-    assert process.returncode == 143
-    assert err.strip().splitlines() == ["creation.py: terminated; run the same command again to resume"]
     assert subprocess.run([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(tmp_path)],
                           timeout=300).returncode == 0
     assert dataset_bytes(tmp_path) == dataset_bytes(long_reference)
