@@ -1200,26 +1200,32 @@ def record_lines(path: Path) -> Iterator[tuple[int, dict]]:
         offset = 0
         while raw := next_record(lines):
             try:
-                yield offset, json.loads(raw.rstrip(b",\n"))
+                yield offset, record_value(raw)
             except ValueError:
                 pass
             offset += len(raw)
 
 
-SAMPLE_OPENING = b"  {\n"  # how write_document starts a sample of data.json: a line of its own
+SAMPLE_OPENING = b"  {"  # how write_document starts a sample of data.json: a line of its own
 
 
 def next_record(lines: BinaryIO) -> bytes:
     """The bytes of the record at the file's position: a line, or in data.json a sample's lines
     from its opening brace to its closing one. Empty at the end of the file."""
     line = lines.readline()
-    if line != SAMPLE_OPENING:
+    # A checkout that turned the line ends into CRLF (git's autocrlf) still holds the same records.
+    if line.rstrip(b"\r\n") != SAMPLE_OPENING:
         return line
     sample = [line]
     while line and not line.startswith(b"  }"):
         line = lines.readline()
         sample.append(line)
     return b"".join(sample)
+
+
+def record_value(raw: bytes) -> dict:
+    """The JSON value of a record's bytes from next_record (a list's comma and the line end dropped)."""
+    return json.loads(raw.rstrip(b",\r\n"))
 
 
 def generator_files(out_dir: Path) -> list[Path]:
@@ -1291,7 +1297,7 @@ class KnownRecords:
             return None
         with open(self.paths[self.source[index]], "rb") as lines:
             lines.seek(self.offset[index])
-            return json.loads(next_record(lines).rstrip(b",\n"))
+            return record_value(next_record(lines))
 
 
 def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> KnownRecords:

@@ -390,6 +390,13 @@ def test_finished_and_journalled_samples_are_reused_not_redrawn(tmp_path, monkey
     (tmp_path / "annotations.jsonl").unlink()
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == [] and dataset_bytes(tmp_path) == finished
+    # The same from a checkout that made every line end CRLF (git's autocrlf); the rerun writes LF again.
+    for name in ("annotations.jsonl", "data.json"):
+        path = tmp_path / name
+        path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
+    (tmp_path / "annotations.jsonl").unlink()
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == [] and dataset_bytes(tmp_path) == finished
     # An interrupted run: a journal holding the first ten records, a line cut short, no dataset files.
     header = json.dumps(creation.identity(cfg)) + "\n"
     (tmp_path / ".progress.jsonl").write_text(header + "".join(lines[:10]) + lines[10][:40], encoding="utf-8")
