@@ -36,6 +36,7 @@ import re
 import signal
 import sys
 import threading
+import unicodedata
 import zlib
 from collections import Counter, defaultdict, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -1787,9 +1788,11 @@ _PRONOUN_ONE_BEFORE = re.compile(
 )
 
 # Gaps between two different numbers that make a reply name two candidates:
-# "7 or 8", "7-8", "7 to 8", "7/8", "7 (or possibly 8)", "**7** or **8**".
+# "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7 (or possibly 8)", "**7** or **8**",
+# "7, possibly 8", "7 loops (maybe 8)", "7, but it could be 8".
 _ALTERNATIVE_GAP = re.compile(
-    r"[\s*_()$,]*(?:or|to|-|–|—|~|/)[\s*_()$]*(?:(?:maybe|possibly|perhaps|probably)\s*)?",
+    r"(?:[\s*_]+(?:[a-z-]+\s+){0,3}loops?)?[\s*_()$,]*(?:(?:or|to|-|–|—|~|/|±|\+/-)[\s*_()$]*(?:(?:maybe|possibly|perhaps|probably)\s*)?"
+    r"|(?:but\s+)?(?:maybe|possibly|perhaps|(?:it\s+)?(?:could|might)\s+(?:also\s+)?be)[\s*_()$]*)",
     re.IGNORECASE,
 )
 _AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
@@ -1807,10 +1810,15 @@ _BOUND_AFTER = re.compile(
 )
 
 # Final-answer markers. The keyword form accepts "Answer: 7", "answer is 7",
-# "**Answer:** 7", "Final answer = 7"; plain "answer" with no ":", "=" or verb
-# ("to answer this, I ...") is not a marker.
+# "**Answer:** 7", "Final answer = 7", '"answer": 7' in JSON; plain "answer"
+# with no ":", "=" or verb ("to answer this, I ...") is not a marker. A total
+# or a count stated as such is one too: "Total: 7", "the total is 7", "a total
+# of 7", "Final count: 7", "Number of loops: 7", '{"loops": 7}'.
 _KEYWORD_MARKER = re.compile(
-    r"\banswer\b[\s*_]*(?:(?:is|would\s+be|will\s+be|should\s+be)\b[\s*_]*:?|[:=])",
+    r"\banswer\b[\s*_\"']*(?:(?:is|would\s+be|will\s+be|should\s+be)\b[\s*_]*:?|[:=])"
+    r"|\btotal\b[\s*_\"']*(?:(?:is|of)\b|[:=])"
+    r"|\b(?:count|num_loops|number[\s_]+of[\s_]+(?:[a-z]+[\s_]+){0,2}loops)\b[\s*_\"']*(?:is\b|[:=])"
+    r"|\bloops\b[\s*_]*[\"'][\s*_]*:",
     re.IGNORECASE,
 )
 _BOXED_MARKER = re.compile(r"\\boxed\s*\{")
@@ -1825,16 +1833,45 @@ _TRAILING_BOLD = re.compile(
 # sentence is explanation ("Answer: 7. Loop 1 starts ...").
 _CLAUSE_LEAD = re.compile(r"[\s*_#>`]*")
 _CLAUSE_END = re.compile(r"\n|[.!?;](?=\s|$)")
-# Reasoning models put a draft before "</think>"; only what follows is the reply.
-_THINK_END = re.compile(r"</think(?:ing)?>", re.IGNORECASE)
+# Reasoning models put a draft before "</think>" (Kimi: "◁/think▷"); only what
+# follows is the reply. A draft opened and never closed was cut short: no reply.
+_THINK_END = re.compile(r"</think(?:ing)?>|◁/think▷", re.IGNORECASE)
+_THINK_START = re.compile(r"<think(?:ing)?>|◁think▷", re.IGNORECASE)
 # LaTeX text wrappers hide connectors: "\boxed{7 \text{ or } 8}" hedges like "7 or 8".
 _LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+
+
+# Where a number stands says whether it can be the count. Left out entirely:
+# labels ("Loop 2", "loops 3 and 5", "Step 1", "#4", "figure-8", "labelled 1-7",
+# the numbers of a numbered list) and numbers the reply sets aside ("not 8", "initially
+# thought 6", "off by 1", "missed 1 or 2", "Confidence: 8/10"). A number
+# joined to a left-out one by "and", ",", "-", "to", "through", "or" or "/"
+# goes with it ("loops 1-7", "loops 1, 2 and 3").
+_LABEL_BEFORE = re.compile(r"(?:\b(?:loops?|strands?|curves?|steps?|figure|no\.|labell?ed|numbered)[\s*_-]*|#)$",
+                           re.IGNORECASE)
+_SET_ASIDE_BEFORE = re.compile(
+    r"\b(?:not|rather\s+than|instead\s+of|off\s+by|missed|give\s+or\s+take|confidence|certainty"
+    r"|(?:initially|originally|previously|earlier)(?:\s+[a-z']+){0,2})[\s*_:=]*$",
+    re.IGNORECASE,
+)
+_JOINED = re.compile(r"[\s*_]*(?:,|and|&|-|–|—|to|through|or|/)[\s*_]*(?:and[\s*_]+)?", re.IGNORECASE)
+_LIST_ITEM = re.compile(r"^[ \t>*_#-]*(?P<item>[0-9]+)[.)][ \t]+\S", re.MULTILINE)
+# A number that names something other than loops ("2 of them", "4 circles",
+# "3 red", "12 crossings", "one for each", "three-way") is not the count when
+# the reply has a count of loops or a number on its own ("7.", "7 in total").
+_LOOPS_AFTER = re.compile(r"[\s*_]+(?:[a-z-]+\s+){0,3}(?:loops?|rings?|curves?)\b", re.IGNORECASE)
+_OTHER_THING_AFTER = re.compile(
+    r"[\s*_]*(?:-\s*)?(?!(?:or|to|and|but|so|then|because|since|as|if|is|are|was|were|in\s+total|in\s+all"
+    r"|total|altogether|overall|distinct|closed|separate)\b)[a-z]",
+    re.IGNORECASE,
+)
 
 
 class _Number(NamedTuple):
     start: int
     end: int
     value: float  # float so that "7.5" and "-3" survive until they are judged
+    names_other_thing: bool  # followed by a word that counts something else: "2 of them", "3 red"
 
 
 def _is_pronoun_one(text, start, end):
@@ -1847,9 +1884,18 @@ def _is_pronoun_one(text, start, end):
 
 
 def _find_numbers(text):
-    """All candidate numbers in `text`, in order, pronoun "one"s and percentages left out."""
-    numbers = []
+    """All candidate numbers in `text`, in order; pronoun "one"s, percentages, labels
+    and numbers the reply sets aside are left out."""
+    items = [m.start("item") for m in _LIST_ITEM.finditer(text)]
+    list_items = set(items) if len(items) >= 2 else set()  # one "7. The loops ..." line is an answer, not a list
+    numbers, left_out_end = [], None
     for m in _NUMBER_RE.finditer(text):
+        before = text[max(0, m.start() - 40):m.start()]
+        joined = left_out_end is not None and _JOINED.fullmatch(text, left_out_end, m.start())
+        if m.start() in list_items or _LABEL_BEFORE.search(before) or _SET_ASIDE_BEFORE.search(before) or joined:
+            left_out_end = m.end()
+            continue
+        left_out_end = None
         if _PERCENT_AFTER.match(text, m.end()):
             continue
         if m.group("digits"):
@@ -1865,8 +1911,15 @@ def _find_numbers(text):
                 continue
             head, _, unit = word.replace("-", " ").partition(" ")
             value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
-        numbers.append(_Number(m.start(), m.end(), value))
+        other_thing = not _LOOPS_AFTER.match(text, m.end()) and bool(_OTHER_THING_AFTER.match(text, m.end()))
+        numbers.append(_Number(m.start(), m.end(), value, other_thing))
     return numbers
+
+
+def _count_among(numbers, indices, first):
+    """The first (or last) of numbers[indices] that names no other thing; failing that, the first (last) of all."""
+    order = list(indices) if first else list(reversed(indices))
+    return next((i for i in order if not numbers[i].names_other_thing), order[0])
 
 
 def _committed_value(text, numbers, i):
@@ -1880,8 +1933,8 @@ def _committed_value(text, numbers, i):
         if left < 0 or right >= len(numbers):
             continue
         a, b = numbers[left], numbers[right]
-        if a.value == b.value:
-            continue  # "7 (seven)" or "7/7" names one number twice
+        if a.value == b.value or a.names_other_thing or b.names_other_thing:
+            continue  # "7 (seven)" or "7/7" names one number twice; "7 loops - 3 big" names a part
         gap = text[a.end:b.start]
         if _ALTERNATIVE_GAP.fullmatch(gap):
             return None
@@ -1923,29 +1976,42 @@ def extract_answer(response: str) -> "int | None":
     """The non-negative integer a model's reply commits to, or None.
 
     Precedence:
-      0. Only text after the last "</think>" (or "</thinking>") counts, and
-         LaTeX text wrappers are dropped ("\\text{7}" reads as "7").
+      0. Only text after the last "</think>" (or "</thinking>", "◁/think▷")
+         counts; a draft opened and never closed gives None. Full-width digits
+         read as ASCII ones, and LaTeX text wrappers are dropped ("\\text{7}"
+         reads as "7").
       1. Final-answer markers: "\\boxed{7}", "<answer>7</answer>",
          "answer: 7" / "answer is 7" / "answer = 7" (any case, markdown allowed:
-         "**Answer:** 7", "Final answer: **7**"), and a bold number that ends
-         the reply ("... **7**"). The answer is the first number inside the
-         box or tag, or in the rest of the marker's sentence or line. With
-         several markers the last one that holds a number wins.
-      2. Otherwise the last number anywhere in the reply.
+         "**Answer:** 7", "Final answer: **7**"; JSON: '"answer": 7'), a total
+         or count stated as such ("Total: 7", "the total is 7", "a total of 7",
+         "Final count: 7", "Number of loops: 7", '"loops": 7'), and a bold
+         number that ends the reply ("... **7**"). The answer is the first
+         count inside the box or tag, or in the rest of the marker's sentence
+         or line. With several markers the last one that holds a number wins.
+      2. Otherwise the last count anywhere in the reply.
     Numbers are ASCII digits ("7", "07", "7.", "7,", "**7**", "7 loops") or the
     words zero..twenty (any case; "twenty-one".."twenty-nine" too). A number
     glued to letters ("7th", "2D") or followed by "%" is skipped, and so is
     "one" used as a pronoun: followed by of/another/by, or after a determiner
     and up to three words ("the small red one"), unless "loop(s)" follows.
-    The number chosen by 1 or 2 gives None, without falling back to an
+    A count is a number that is neither a label ("Loop 2", "loops 3 and 5",
+    "Step 1", "#4", "figure-8", the numbers of a numbered list) nor set aside
+    by the reply ("not 8", "initially thought 6", "off by 1", "missed 1 or 2",
+    "Confidence: 8/10"). Where other counts exist, one that names something
+    else ("2 of them", "3 red", "12 crossings", "one for each") is passed
+    over: "There are 7 loops, 2 of them small." gives 7.
+    The count chosen by 1 or 2 gives None, without falling back to an
     earlier one, when it is:
-      - one of two different numbers joined by or / to / - / – / ~ / "/"
-        ("7 or 8", "7-8", "either 6 or 7", "7 (or possibly 8)"), or by "and"
-        after "between" ("between 7 and 8");
+      - one of two different counts joined by or / to / - / – / ~ / "/" / ±
+        ("7 or 8", "7-8", "either 6 or 7", "7 (or possibly 8)", "7 ± 1"), by
+        maybe / possibly / perhaps / "but it could be" ("7, possibly 8",
+        "7 loops (maybe 8)"), or by "and" after "between" ("between 7 and 8");
       - a bound: "at least 7", "more than 6", "7+", "7 or more";
       - negative ("-3") or fractional ("7.5"; "7.0" counts as 7).
 
     >>> extract_answer("There are 5 ... no, 7 loops.")
+    7
+    >>> extract_answer("There are 7 loops: 3 large ones and 4 small ones.")
     7
     >>> extract_answer("**Answer:** 7. I traced each loop: 1 2 3")
     7
@@ -1954,16 +2020,21 @@ def extract_answer(response: str) -> "int | None":
     >>> extract_answer("The answer is 7 or 8.") is None
     True
     """
-    text = _LATEX_TEXT.sub(r"\1", _THINK_END.split(response)[-1])
+    reply = _THINK_END.split(response)[-1]
+    if _THINK_START.search(reply):
+        return None
+    # NFKC reads full-width digits ("７") as ASCII ones.
+    text = _LATEX_TEXT.sub(r"\1", unicodedata.normalize("NFKC", reply))
     numbers = _find_numbers(text)
     starts = [number.start for number in numbers]
     for _, start, end in reversed(_marker_clauses(text)):
-        i = bisect.bisect_left(starts, start)  # first number at or after the clause start
-        if i < len(numbers) and numbers[i].end <= end:
-            return _committed_value(text, numbers, i)
+        inside = range(bisect.bisect_left(starts, start), bisect.bisect_right(starts, end))
+        inside = [i for i in inside if numbers[i].end <= end]
+        if inside:
+            return _committed_value(text, numbers, _count_among(numbers, inside, first=True))
     if not numbers:
         return None
-    return _committed_value(text, numbers, len(numbers) - 1)
+    return _committed_value(text, numbers, _count_among(numbers, range(len(numbers)), first=False))
 
 
 def score_answer(response: str, answer: int) -> float:

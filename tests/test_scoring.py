@@ -147,11 +147,52 @@ CASES = [
     ("7 (seven)", 7),
     ("Total -> 7", 7),
     ("> 7", 7),  # markdown quote, not "more than"
+    # --- the count among other numbers: parts, labels and numbers set aside never outrank it
+    ("There are 7 loops in the image, with 2 of them being larger than the others.", 7),
+    ("I count **7** closed loops (4 circles and 3 irregular shapes).", 7),
+    ("There are 7 loops: 3 red, 2 blue and 2 green.", 7),
+    ("I see 7 distinct closed loops. Two of them are interlinked.", 7),
+    ("There are 7 closed loops; one of them is twisted into a figure-eight.", 7),
+    ("There are 7 closed loops, including one that forms a figure-8.", 7),
+    ("There are 7 loops, one for each color.", 7),
+    ("There are 7 loops, each with 2 crossings.", 7),
+    ("There are 7 loops; several meet at three-way crossings.", 7),
+    ("There are 7 loops, at least 2 of which overlap.", 7),
+    ("There are 7 loops, with more than 10 crossings between them.", 7),
+    ("There are **7** distinct closed loops:\n\n1. Red loop - upper left\n2. Blue loop\n3. Green loop\n"
+     "4. Yellow loop\n5. Purple loop\n6. Orange loop\n7. Teal loop - passes under loops 2 and 5", 7),
+    ("**Step 1: Trace strands**\nI find 7 closed loops.\n\n**Step 2: Verify**\nNo loop was counted twice.", 7),
+    ("There are 7 loops (labelled 1-7 above).", 7),
+    ("Loop 1: red\nLoop 2: blue\nLoop 7: brown (crosses Loop 2)", None),  # labels only: no count given
+    ("I count 7 loops, not 8.", 7),
+    ("I count 7 loops (I initially thought 6).", 7),
+    ("I count 7 loops, though my count could be off by 1.", 7),
+    ("I count 7 loops. The tangle is dense, so I may have missed 1 or 2.", 7),
+    ("There are 7 loops.\nConfidence: 8/10", 7),
+    ("Number of loops: 7 (3 large, 4 small)", 7),
+    ("Final count: **7** loops\n\n(Loops 3 and 5 are hard to separate.)", 7),
+    ("It's hard to give an exact answer: loops 3 and 4 may be a single loop. I'd say 7.", 7),
+    ("The answer is not 6, it's 7.", 7),
+    ("Answer: not 8 but 7", 7),
+    ("Answer: After tracing all 12 crossings, there are 7 loops.", 7),
+    ("Answer: Loops 1 through 7, so 7 in total.", 7),
+    # --- a total or a count stated as such is a marker; JSON keys too
+    ("**Answer: 6**\n\nOn closer inspection loop 4 is two separate loops, so the total is 7.", 7),
+    ("**Final Answer:**\n1. Red\n2. Blue\n3. Green\n4. Yellow\n5. Purple\n6. Orange\n7. Pink\n\nTotal = 7", 7),
+    ("A total of 7 loops, crossing at 12 points.", 7),
+    ('{"count": 7, "confidence": 0.8}', 7),
+    ('```json\n{"answer": 7, "confidence": 0.85}\n```', 7),
+    ('{"answer": 7, "explanation": "Loops 1-7 are each closed."}', 7),
+    ('{"loops": 7, "reasoning": "Traced each strand; 2 loops overlap."}', 7),
+    ("答案：７", 7),  # full-width digit
     # --- reasoning blocks: only the text after </think> is the reply
     ("<think>answer is 5</think> 7", 7),
     ("<think>I see 5 loops... the answer is 5</think>\nAnswer: 7", 7),
     ("the draft says 5</thinking>There are 8 loops.", 8),
     ("Reasoning about 7 loops </think>", None),
+    ("◁think▷I see 5 loops... so the answer is 6?◁/think▷There are 7 distinct closed loops.", 7),
+    ("<think>\nLoop 1 is red. Loop 2 is blue. So far 5 loops, and the next", None),  # cut short
+    ("<think>The answer is 6.</think>", None),
     # --- two candidates or a range: no commitment
     ("The answer is 7 or 8", None),
     ("Answer: 7 or 8. I lean towards 7.", None),
@@ -169,6 +210,11 @@ CASES = [
     ("**7** or **8**", None),
     ("\\boxed{7 \\text{ or } 8}", None),
     ("There might be 7 or 8 loops.", None),
+    ("I count 7, possibly 8 loops.", None),
+    ("There are 7 loops (maybe 8).", None),
+    ("Likely 7, but it could be 8.", None),
+    ("I think it's 6, but it could be **7**", None),
+    ("7 ± 1 loops", None),
     ("at least 7", None),
     ("At least 7 loops", None),
     ("more than 6 loops", None),
@@ -259,6 +305,15 @@ def test_a_final_marker_accepts_number_words(reasoning, n):
 @given(NUMBERLESS_TEXT, NUMBERLESS_TEXT, st.integers(0, 1000))
 def test_a_lone_number_is_the_answer(before, after, n):
     assert extract_answer(f"{before} {n} {after}") == n
+
+
+@settings(deadline=None)
+@given(st.integers(0, 30), st.integers(0, 30), st.integers(1, 30),
+       st.sampled_from(["{k} of them are small", "{k} red and {m} blue", "Loop {k} crosses Loop {m}",
+                        "loops {k} and {m} interlock", "{k} crossings in all", "not {m}", "Step {k}: done",
+                        "I initially thought {m}", "Confidence: {k}/{m}"]))
+def test_details_after_a_count_of_loops_leave_it_the_answer(n, k, m, detail):
+    assert extract_answer(f"There are {n} loops. {detail.format(k=k, m=m)}.") == n
 
 
 @settings(deadline=None)
