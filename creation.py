@@ -823,6 +823,19 @@ class PlacementError(RuntimeError):
     pass
 
 
+LOOSEN = {  # what to change when most redraws break a rule
+    "curvature": "lower --max-waypoints, --angle-jitter, --radius-jitter or --min-curvature-radius",
+    "interior_margin": "lower --max-radius or --interior-margin",
+    "crossing_angle": "lower --max-loops or --min-crossing-angle",
+    "crossing_separation": "lower --max-loops or --min-crossing-separation",
+    "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
+                            "the same two loops must leave a gap of --min-gap between them)",
+    "min_gap": "lower --max-loops or --min-gap",
+    "disconnected": "lower --max-loops",
+    "crossing_budget": "lower --max-loops",
+}
+
+
 def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
     """The answer for sample `index`, fixed before any loop is drawn or rejected.
 
@@ -869,10 +882,11 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
                 break
         else:
             return tangle, redraws
+    reason, count = max(((r, c) for r, c in redraws.items() if r != "restart"), key=lambda item: item[1])
     raise PlacementError(
         f"sample {index} (seed {cfg.seed}): could not place {num_loops} loops within "
-        f"{cfg.sample_restarts} restarts of {cfg.loop_attempts} redraws per loop; lower --max-loops "
-        f"or loosen --min-gap / --min-crossing-angle / --min-crossing-separation")
+        f"{cfg.sample_restarts} restarts of {cfg.loop_attempts} redraws per loop; {count} of "
+        f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {LOOSEN[reason]}")
 
 
 def draw_loop(cfg: Config, rng: np.random.Generator,

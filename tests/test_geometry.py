@@ -193,9 +193,14 @@ def test_sample_streams_do_not_alias_across_seed_and_index():
     assert not np.allclose(a, b)
 
 
-def test_impossible_sample_names_index_seed_and_knob():
-    cfg = Config(seed=7, min_loops=11, max_loops=11, min_gap=200, loop_attempts=3, sample_restarts=2)
-    with pytest.raises(creation.PlacementError, match=r"sample 4 \(seed 7\).*--max-loops"):
+@pytest.mark.parametrize("impossible, rule, knob", [
+    ({"min_crossing_angle": 89}, "crossing_angle", "--min-crossing-angle"),
+    ({"min_gap": 200}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
+    ({"max_waypoints": 1000}, "curvature", "--max-waypoints"),  # passes the config checks, never draws a loop
+])
+def test_impossible_sample_names_index_seed_the_rule_it_breaks_and_its_knob(impossible, rule, knob):
+    cfg = Config(seed=7, min_loops=11, max_loops=11, loop_attempts=40, sample_restarts=1, **impossible)
+    with pytest.raises(creation.PlacementError, match=rf"sample 4 \(seed 7\).* redraws broke the {rule} rule: .*{knob}"):
         creation.sample_tangle(cfg, creation.sample_rng(cfg, 4), 11, 4)
 
 
