@@ -2281,6 +2281,13 @@ def parse_shard(text: str) -> Shard:
     return Shard(int(k), int(m))
 
 
+def folder(text: str) -> Path:
+    """A path argument; an empty one (an unset shell variable) would quietly mean the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?); pass . for the current folder")
+    return Path(text)
+
+
 def usable_cores() -> int:
     """Cores this process may run on: fewer than the machine has under taskset or a batch scheduler."""
     try:
@@ -2295,7 +2302,7 @@ def build_parser() -> OneLineParser:
     run = p.add_argument_group("dataset")
     run.add_argument("--n", type=int, default=d.n, help=f"number of images (default {d.n})")
     run.add_argument("--seed", type=int, default=d.seed, help=f"run seed, non-negative (default {d.seed})")
-    run.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+    run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
                      help="output folder (default: the folder holding creation.py)")
     run.add_argument("--workers", type=int, default=usable_cores(),
                      help="worker processes; 1 runs without a pool (default: every core this process may use)")
@@ -2344,7 +2351,7 @@ def build_parser() -> OneLineParser:
     grade = p.add_argument_group("evaluate model answers (instead of generating)")
     grade.add_argument("--evaluate", type=Path, metavar="PREDICTIONS.jsonl",
                        help='score a JSONL file of {"image": ..., "response": ...} lines and print a report')
-    grade.add_argument("--dataset", type=Path,
+    grade.add_argument("--dataset", type=folder,
                        help="dataset folder holding annotations.jsonl (default: the folder holding creation.py)")
     grade.add_argument("--json", action="store_true", help="with --evaluate: print the report as one JSON document")
     return p
@@ -2366,7 +2373,15 @@ def load_records(dataset_dir: Path) -> list[dict]:
     path = dataset_dir / ANNOTATIONS_FILE
     if not path.is_file():
         raise ValueError(f"no {ANNOTATIONS_FILE} in {dataset_dir}: generate the dataset or pass --dataset")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError as error:
+                raise ValueError(f"{path}, line {number}: not a JSON record ({error}); "
+                                 "regenerate the dataset (a rerun repairs it)") from None
+    return records
 
 
 def run_evaluation(predictions: Path, dataset_dir: Path, as_json: bool) -> int:

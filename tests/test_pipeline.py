@@ -128,6 +128,8 @@ def test_image_names_widen_for_large_datasets():
     (["--dataset", "somewhere"], "--evaluate"),
     (["--balanced", "--min-loops", "1", "--max-loops", "2"], "--min-loops"),
     (["--evaluate", "predictions.jsonl", "--n", "500", "--merge", "--quiet"], "not --n, --merge, --out"),
+    (["--out", ""], "--out"),  # an unset shell variable: not the current folder
+    (["--evaluate", "predictions.jsonl", "--dataset", ""], "--dataset"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, args, flag):
     (tmp_path / "keep.txt").write_text("untouched")
@@ -156,6 +158,16 @@ def test_evaluate_mode_refuses_a_bad_line_without_a_report(tiny_dataset, tmp_pat
     assert creation.main(["--evaluate", str(predictions), "--dataset", str(tiny_dataset)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "line 2" in err
+
+
+def test_evaluate_mode_names_the_file_and_line_of_a_cut_annotation(tiny_dataset, tmp_path, capsys):
+    lines = (tiny_dataset / "annotations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (tmp_path / "annotations.jsonl").write_text(lines[0] + lines[1][:50], encoding="utf-8")
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text('{"index": 0, "response": "7"}\n', encoding="utf-8")
+    assert creation.main(["--evaluate", str(predictions), "--dataset", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{tmp_path / 'annotations.jsonl'}, line 2: not a JSON record" in err
 
 
 def test_annotations_load_with_hugging_face_datasets(tiny_dataset, tmp_path, monkeypatch):
