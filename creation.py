@@ -1429,11 +1429,12 @@ def image_matches(path: Path, sha256: str | None) -> bool:
         return False
 
 
-def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> dict:
+def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> tuple[dict, bool]:
     """Worker: keep an image that already matches its record, else make and write it.
 
-    With overlays asked for, a missing overlay is drawn from the sample's own
-    geometry (regenerated when the image itself was kept).
+    Returns the record and whether the image was drawn. With overlays asked
+    for, a missing overlay is drawn from the sample's own geometry
+    (regenerated when the image itself was kept).
     """
     cfg, index, out_dir, expected, with_overlay = job
     path = Path(out_dir) / image_name(index, cfg.n)
@@ -1441,14 +1442,14 @@ def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> dict:
     keep_image = (expected is not None and record_fits(cfg, expected)
                   and image_matches(path, expected.get("pixel_sha256")))
     if keep_image and (overlay_path.exists() or not with_overlay):
-        return expected
+        return expected, False
     image, record, tangle = make_sample(cfg, index)
     if not keep_image:
         write_atomic(path, lambda tmp: save_png(image, tmp))
     if with_overlay:
         overlay = render_overlay(image, tangle, cfg)
         write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp))
-    return record
+    return record, not keep_image
 
 
 def write_contact_sheet(out_dir: Path, count: int) -> None:
@@ -1650,7 +1651,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     made and journalled one by one. A whole run ends by writing
     annotations.jsonl and data.json, a shard by writing its shard file, both
     read back from the journal so that no process holds every record.
-    Returns the number of samples in the shard, made or kept.
+    Returns how many images were drawn; the others were kept.
     """
     indices = shard.indices(cfg.n)
     (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
@@ -1680,8 +1681,10 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
                 log.write("\n")  # ends a line a crash may have cut short
             first_record = log.tell()  # earlier lines are a previous attempt's: this run journals every record again
             results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
+            drawn = 0
             try:
-                for record in results:
+                for record, was_drawn in results:
+                    drawn += was_drawn
                     log.write(json.dumps(record, ensure_ascii=False) + "\n")
                     log.flush()
             except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
@@ -1701,7 +1704,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
             header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}
             write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
             journal.unlink()
-        return len(indices)
+        return drawn
 
 
 def checked_shard(cfg: Config, path: Path) -> Shard:
@@ -2431,9 +2434,12 @@ def main(argv: list[str] | None = None) -> int:
             done = f"merged shards into {ANNOTATIONS_FILE} and {DATA_FILE}"
         else:
             shard = args.shard or WHOLE_RUN
-            count = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays)
-            done = f"wrote {count} images and " + (
-                f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name)
+            count = len(shard.indices(cfg.n))
+            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays)
+            files = f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name
+            done = (f"wrote {count} images and {files}" if drawn == count
+                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}, "
+                         f"and wrote {files}")
         if args.contact_sheet:
             write_contact_sheet(args.out, min(args.contact_sheet, count))
     except Terminated:

@@ -519,3 +519,14 @@ def test_workers_are_forked_whatever_the_default_start_method(tmp_path):
             f"sys.exit(creation.main({[*FLAGS, '--out', str(tmp_path), '--workers', '2']!r}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_a_rerun_says_which_images_it_kept_and_which_it_drew(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    args = ["--n", "6", "--seed", "3", "--out", str(tmp_path), "--workers", "1"]
+    assert creation.main(args) == 0
+    assert capsys.readouterr().err.strip().endswith(f"wrote 6 images and annotations.jsonl, data.json in {tmp_path}")
+    (tmp_path / "images" / "tangled_loops_00002.png").unlink()
+    assert creation.main(args) == 0
+    assert capsys.readouterr().err.strip().endswith(
+        f"kept 5 of 6 images, which match their records, drew 1, and wrote annotations.jsonl, data.json in {tmp_path}")
