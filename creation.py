@@ -1797,7 +1797,7 @@ _PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b)", re.IGNORECASE)
 # "one" is far more often a pronoun than a count ("the small red one",
 # "one of the loops", "one by one"); left in, it would often be the last number
 # of a reply and turn 7 into 1. "one loop" is always a count.
-_PRONOUN_ONE_AFTER = re.compile(r"\s+(?:of|another|by)\b", re.IGNORECASE)
+_PRONOUN_ONE_AFTER = re.compile(r"\s+(?:of|another|by|that|which|who|for)\b", re.IGNORECASE)
 _COUNT_ONE_AFTER = re.compile(r"[\s*_]+(?:[a-z]+\s+){0,2}loops?\b", re.IGNORECASE)
 _PRONOUN_ONE_BEFORE = re.compile(
     r"\b(?:the|this|that|each|every|which|another|a|an|some|any|no|by)\s+(?:[a-z]+\s+){0,3}$",
@@ -1805,13 +1805,21 @@ _PRONOUN_ONE_BEFORE = re.compile(
 )
 
 # Gaps between two different numbers that make a reply name two candidates:
-# "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7 (or possibly 8)", "**7** or **8**",
-# "7, possibly 8", "7 loops (maybe 8)", "7, but it could be 8".
+# "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7, give or take 1", "7 (or possibly 8)",
+# "**7** or **8**", "7 loops or 8".
 _ALTERNATIVE_GAP = re.compile(
-    r"(?:[\s*_]+(?:[a-z-]+\s+){0,3}loops?)?[\s*_()$,]*(?:(?:or|to|-|–|—|~|/|±|\+/-)[\s*_()$]*(?:(?:maybe|possibly|perhaps|probably)\s*)?"
-    r"|(?:but\s+)?(?:maybe|possibly|perhaps|(?:it\s+)?(?:could|might)\s+(?:also\s+)?be)[\s*_()$]*)",
+    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:or|to|-|–|—|~|/|±|\+/-|give\s+or\s+take)[ \t*_()$]*"
+    r"(?:(?:maybe|possibly|perhaps|probably)\s*)?",
     re.IGNORECASE,
 )
+# Softer second candidates, "7, possibly 8", "7 loops (maybe 8)", "7, though it could be 8",
+# hedge only when the second number ends the thought: "7 (possibly 2 are hidden)" does not.
+_MAYBE_GAP = re.compile(
+    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:(?:but|though|although|or)\s+)?"
+    r"(?:maybe|possibly|perhaps|(?:it\s+)?(?:could|might)\s+(?:also\s+)?be)[ \t*_()$]*",
+    re.IGNORECASE,
+)
+_ENDS_AFTER = re.compile(r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?\b|[)\].,;:!?\n]|$)", re.IGNORECASE)
 _AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
 _BETWEEN_BEFORE = re.compile(r"\bbetween[\s*_]*$", re.IGNORECASE)
 # A bound is not a count: "at least 7", "more than 6", ">6", "7+", "7 or more".
@@ -1828,15 +1836,22 @@ _BOUND_AFTER = re.compile(
 
 # Final-answer markers. The keyword form accepts "Answer: 7", "answer is 7",
 # "**Answer:** 7", "Final answer = 7", '"answer": 7' in JSON; plain "answer"
-# with no ":", "=" or verb ("to answer this, I ...") is not a marker. A total
-# or a count stated as such is one too: "Total: 7", "the total is 7", "a total
-# of 7", "Final count: 7", "Number of loops: 7", '{"loops": 7}'.
+# with no ":", "=" or verb ("to answer this, I ...") is not a marker.
 _KEYWORD_MARKER = re.compile(
-    r"\banswer\b[\s*_\"']*(?:(?:is|would\s+be|will\s+be|should\s+be)\b[\s*_]*:?|[:=])"
-    r"|\btotal\b[\s*_\"']*(?:(?:is|of)\b|[:=])"
-    r"|\b(?:count|num_loops|number[\s_]+of[\s_]+(?:[a-z]+[\s_]+){0,2}loops)\b[\s*_\"']*(?:is\b|[:=])"
-    r"|\bloops\b[\s*_]*[\"'][\s*_]*:",
+    r"\banswer\b[\s*_\"']*(?:(?:is|would\s+be|will\s+be|should\s+be)\b[\s*_]*:?|[:=])",
     re.IGNORECASE,
+)
+# A tally stated as such marks the count too, if a count follows on the same
+# line: "Total: 7", "the total is 7", "a total of 7", "Final count: 7",
+# "Number of loops: 7", "Loops: 7" opening a line, '"count": 7' in JSON.
+# "a total of 14 crossings" names no count and marks nothing.
+_TALLY_MARKER = re.compile(
+    r"(?:^[ \t>*_#-]*|\b(?:the|a|my|grand|loops?)[ \t]+|[\"'])total\b[\s*_\"']*(?:(?:is|of)\b|[:=])"
+    r"|\b(?:final|total|loop)\s+count\b[\s*_]*(?:is\b|[:=])"
+    r"|\bnumber[\s_]+of[\s_]+(?:(?:distinct|closed|separate|individual|unique|tangled)[\s_]+){0,2}loops\b[\s*_]*(?:is\b|[:=])"
+    r"|[\"'](?:count|num_loops|loops|total)[\"']\s*:(?=\s*[\"']?[0-9])"
+    r"|^[ \t>*_#-]*(?:total\s+)?loops[\s*_]*:",
+    re.IGNORECASE | re.MULTILINE,
 )
 _BOXED_MARKER = re.compile(r"\\boxed\s*\{")
 _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.IGNORECASE | re.DOTALL)
@@ -1849,6 +1864,7 @@ _TRAILING_BOLD = re.compile(
 # After a keyword marker the answer is in the same sentence or line; the next
 # sentence is explanation ("Answer: 7. Loop 1 starts ...").
 _CLAUSE_LEAD = re.compile(r"[\s*_#>`]*")
+_SAME_LINE_LEAD = re.compile(r"[ \t*_#>`]*")
 _CLAUSE_END = re.compile(r"\n|[.!?;](?=\s|$)")
 # Reasoning models put a draft before "</think>" (Kimi: "◁/think▷"); only what
 # follows is the reply. A draft opened and never closed was cut short: no reply.
@@ -1857,29 +1873,49 @@ _THINK_START = re.compile(r"<think(?:ing)?>|◁think▷", re.IGNORECASE)
 # LaTeX text wrappers hide connectors: "\boxed{7 \text{ or } 8}" hedges like "7 or 8".
 _LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
 
-
 # Where a number stands says whether it can be the count. Left out entirely:
-# labels ("Loop 2", "loops 3 and 5", "Step 1", "#4", "figure-8", "labelled 1-7",
-# the numbers of a numbered list) and numbers the reply sets aside ("not 8", "initially
-# thought 6", "off by 1", "missed 1 or 2", "Confidence: 8/10"). A number
-# joined to a left-out one by "and", ",", "-", "to", "through", "or" or "/"
-# goes with it ("loops 1-7", "loops 1, 2 and 3").
-_LABEL_BEFORE = re.compile(r"(?:\b(?:loops?|strands?|curves?|steps?|figure|no\.|labell?ed|numbered)[\s*_-]*|#)$",
-                           re.IGNORECASE)
+# labels ("Loop 2", "loop #3", "Step 1", "figure-8", "labelled 1-7", the
+# numbers of a numbered list), numbers the reply sets aside ("not 8",
+# "initially thought 6", "off by 1", "missed 1 or 2", "Confidence: 8/10") and
+# the parts of a sum ("4 + 3 = 7" keeps only the 7). A list of labels
+# ("loops 3 and 5", "loops 1, 2 and 3") or of set-aside numbers ("1 or 2")
+# is left out whole.
+_LABEL_BEFORE = re.compile(
+    r"(?:(?<!\bof\s)\b(?:loops?|strands?|curves?|steps?)[ \t]+#?|\b(?:loops?|strands?|curves?)[ \t]*#|\bloop-)$",
+    re.IGNORECASE)
+_FIGURE_BEFORE = re.compile(r"\bfigure[ \t-]?$", re.IGNORECASE)
+_RANGE_LABEL_BEFORE = re.compile(r"\b(?:labell?ed|numbered|marked)[ \t]+$", re.IGNORECASE)
+_RANGE_AFTER = re.compile(r"[ \t]*(?:-|–|—|to|through)[ \t]*[0-9]", re.IGNORECASE)
+_LABELS_JOINED = re.compile(r"[ \t]*(?:,[ \t]*(?:and[ \t]+)?|and|&|-|–|—|to|through|or)[ \t]*", re.IGNORECASE)
 _SET_ASIDE_BEFORE = re.compile(
-    r"\b(?:not|rather\s+than|instead\s+of|off\s+by|missed|give\s+or\s+take|confidence|certainty"
-    r"|(?:initially|originally|previously|earlier)(?:\s+[a-z']+){0,2})[\s*_:=]*$",
+    r"\b(?:not|rather\s+than|instead\s+of|off\s+by|missed|confidence[\s*_]*[:=]"
+    r"|(?:initially|originally|previously|at\s+first)\s+(?:I\s+)?(?:thought|counted|guessed|said|saw|got|estimated))"
+    r"[\s*_:]*$",
     re.IGNORECASE,
 )
-_JOINED = re.compile(r"[\s*_]*(?:,|and|&|-|–|—|to|through|or|/)[\s*_]*(?:and[\s*_]+)?", re.IGNORECASE)
+_SET_ASIDE_JOINED = re.compile(r"[ \t]*(?:or|/|to|-|–)[ \t]*", re.IGNORECASE)
+_SUM_PART_AFTER = re.compile(r"[^\n=+]{0,20}?\+[ \t]*[0-9a-z(]", re.IGNORECASE)
+_SUM_PART_BEFORE = re.compile(r"\+[^\n=+]{0,20}$")
 _LIST_ITEM = re.compile(r"^[ \t>*_#-]*(?P<item>[0-9]+)[.)][ \t]+\S", re.MULTILINE)
-# A number that names something other than loops ("2 of them", "4 circles",
-# "3 red", "12 crossings", "one for each", "three-way") is not the count when
-# the reply has a count of loops or a number on its own ("7.", "7 in total").
-_LOOPS_AFTER = re.compile(r"[\s*_]+(?:[a-z-]+\s+){0,3}(?:loops?|rings?|curves?)\b", re.IGNORECASE)
+# A count of loops: "7 loops", "7 distinct closed loops" (not "12 crossings between the loops").
+_LOOPS_AFTER = re.compile(
+    r"[ \t*_]+(?:(?!(?:of|between|in|on|at|from|with|across|among|per|for|by|and|or|are|is|were|was)\b)[a-z-]+[ \t]+){0,3}"
+    r"(?:loops?|rings?|curves?)\b",
+    re.IGNORECASE,
+)
+# A number that names something other than the loops counted ("2 of them",
+# "3 red", "4 are large", "12 crossings", "one for each", "three-way") gives
+# way to any other count in the reply.
 _OTHER_THING_AFTER = re.compile(
-    r"[\s*_]*(?:-\s*)?(?!(?:or|to|and|but|so|then|because|since|as|if|is|are|was|were|in\s+total|in\s+all"
-    r"|total|altogether|overall|distinct|closed|separate)\b)[a-z]",
+    r"[ \t*_]*(?:-[ \t]*)?(?:[a-z]+[ \t]+){0,2}?"
+    r"(?:of(?![ \t]+(?:them|these|those)[ \t*_]*(?:[.!?\n]|$))|for|each|apiece|way|times|crossings?|intersections?|junctions?|points?|places?|regions?|areas?|faces?"
+    r"|parts?|pieces?|segments?|overlaps?|layers?|degrees?|pixels?|px|large|larger|small|smaller|big|bigger|tiny"
+    r"|outer|inner|red|blue|green|yellow|orange|purple|pink|black|white|brown|gr[ae]y|teal|cyan|magenta|gold)\b",
+    re.IGNORECASE,
+)
+# ... or is what a tally of something else comes to: "Crossings: 12", "the number of crossings is 14".
+_OTHER_TALLY_BEFORE = re.compile(
+    r"\b(?:crossings?|intersections?|junctions?|points?|regions?|overlaps?)\b[^.\n]{0,20}?(?:\bis|\bare|\bwas|[:=])[\s*_]*$",
     re.IGNORECASE,
 )
 
@@ -1888,7 +1924,12 @@ class _Number(NamedTuple):
     start: int
     end: int
     value: float  # float so that "7.5" and "-3" survive until they are judged
-    names_other_thing: bool  # followed by a word that counts something else: "2 of them", "3 red"
+    names_other_thing: bool  # "2 of them", "3 red": not the count, if the reply has another
+    in_brackets: bool  # "7 loops (4 large, 3 small)": a detail, if the reply has a number outside brackets
+
+    @property
+    def plain(self) -> bool:
+        return not (self.names_other_thing or self.in_brackets)
 
 
 def _is_pronoun_one(text, start, end):
@@ -1900,19 +1941,41 @@ def _is_pronoun_one(text, start, end):
     return bool(_PRONOUN_ONE_BEFORE.search(text[max(0, start - 40):start]))
 
 
+def _left_out(text, m, list_items, chain):
+    """Why the number m is no candidate ("label" or "aside"), given the kind of the left-out number
+    just before it if only a list joiner separates the two; None if it is one."""
+    before = text[max(0, m.start() - 40):m.start()]
+    if chain is not None:
+        kind, end = chain
+        joiner = _LABELS_JOINED if kind == "label" else _SET_ASIDE_JOINED
+        if joiner.fullmatch(text, end, m.start()):
+            return kind
+    if m.start() in list_items or _LABEL_BEFORE.search(before) or (
+            _RANGE_LABEL_BEFORE.search(before) and _RANGE_AFTER.match(text, m.end())):
+        return "label"
+    if _FIGURE_BEFORE.search(before):
+        return "figure"  # "figure-8" starts no list
+    if _SET_ASIDE_BEFORE.search(before):
+        return "aside"
+    line_end = text.find("\n", m.end())
+    line_end = len(text) if line_end < 0 else line_end
+    if "=" in text[m.end():line_end] and (_SUM_PART_AFTER.match(text, m.end()) or _SUM_PART_BEFORE.search(before)):
+        return "sum"
+    return None
+
+
 def _find_numbers(text):
-    """All candidate numbers in `text`, in order; pronoun "one"s, percentages, labels
-    and numbers the reply sets aside are left out."""
+    """All candidate numbers in `text`, in order; pronoun "one"s, percentages, labels,
+    parts of sums and numbers the reply sets aside are left out."""
     items = [m.start("item") for m in _LIST_ITEM.finditer(text)]
     list_items = set(items) if len(items) >= 2 else set()  # one "7. The loops ..." line is an answer, not a list
-    numbers, left_out_end = [], None
+    depth = list(itertools.accumulate((c == "(") - (c == ")") for c in text))
+    numbers, chain = [], None
     for m in _NUMBER_RE.finditer(text):
-        before = text[max(0, m.start() - 40):m.start()]
-        joined = left_out_end is not None and _JOINED.fullmatch(text, left_out_end, m.start())
-        if m.start() in list_items or _LABEL_BEFORE.search(before) or _SET_ASIDE_BEFORE.search(before) or joined:
-            left_out_end = m.end()
+        kind = _left_out(text, m, list_items, chain)
+        chain = (kind, m.end()) if kind in ("label", "aside") else None
+        if kind is not None:
             continue
-        left_out_end = None
         if _PERCENT_AFTER.match(text, m.end()):
             continue
         if m.group("digits"):
@@ -1928,15 +1991,21 @@ def _find_numbers(text):
                 continue
             head, _, unit = word.replace("-", " ").partition(" ")
             value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
-        other_thing = not _LOOPS_AFTER.match(text, m.end()) and bool(_OTHER_THING_AFTER.match(text, m.end()))
-        numbers.append(_Number(m.start(), m.end(), value, other_thing))
+        other_thing = not _LOOPS_AFTER.match(text, m.end()) and bool(
+            _OTHER_THING_AFTER.match(text, m.end()) or _OTHER_TALLY_BEFORE.search(text[max(0, m.start() - 40):m.start()]))
+        numbers.append(_Number(m.start(), m.end(), value, other_thing, depth[m.start()] > 0))
     return numbers
 
 
-def _count_among(numbers, indices, first):
-    """The first (or last) of numbers[indices] that names no other thing; failing that, the first (last) of all."""
-    order = list(indices) if first else list(reversed(indices))
-    return next((i for i in order if not numbers[i].names_other_thing), order[0])
+def _pick(numbers, indices, last):
+    """The first (or last) of numbers[indices] that is plain; failing that, one that names no
+    other thing; failing that, the first (last) of all."""
+    order = list(reversed(indices)) if last else list(indices)
+    for good in (lambda n: n.plain, lambda n: not n.names_other_thing):
+        found = next((i for i in order if good(numbers[i])), None)
+        if found is not None:
+            return found
+    return order[0]
 
 
 def _committed_value(text, numbers, i):
@@ -1953,7 +2022,7 @@ def _committed_value(text, numbers, i):
         if a.value == b.value or a.names_other_thing or b.names_other_thing:
             continue  # "7 (seven)" or "7/7" names one number twice; "7 loops - 3 big" names a part
         gap = text[a.end:b.start]
-        if _ALTERNATIVE_GAP.fullmatch(gap):
+        if _ALTERNATIVE_GAP.fullmatch(gap) or (_MAYBE_GAP.fullmatch(gap) and _ENDS_AFTER.match(text, b.end)):
             return None
         if _AND_GAP.fullmatch(gap) and _BETWEEN_BEFORE.search(text[max(0, a.start - 20):a.start]):
             return None
@@ -1974,18 +2043,19 @@ def _closing_brace(text, start):
 
 
 def _marker_clauses(text):
-    """(marker start, clause start, clause end) for every final-answer marker, in text order."""
+    """(marker start, clause start, clause end, is_tally) for every final-answer marker, in text order."""
     clauses = []
-    for m in _KEYWORD_MARKER.finditer(text):
-        start = _CLAUSE_LEAD.match(text, m.end()).end()
-        end_match = _CLAUSE_END.search(text, start)
-        clauses.append((m.start(), start, end_match.start() if end_match else len(text)))
+    for marker, lead, tally in ((_KEYWORD_MARKER, _CLAUSE_LEAD, False), (_TALLY_MARKER, _SAME_LINE_LEAD, True)):
+        for m in marker.finditer(text):
+            start = lead.match(text, m.end()).end()
+            end_match = _CLAUSE_END.search(text, start)
+            clauses.append((m.start(), start, end_match.start() if end_match else len(text), tally))
     for m in _BOXED_MARKER.finditer(text):
-        clauses.append((m.start(), m.end(), _closing_brace(text, m.end())))
+        clauses.append((m.start(), m.end(), _closing_brace(text, m.end()), False))
     for m in _ANSWER_TAG.finditer(text):
-        clauses.append((m.start(), m.start(1), m.end(1)))
-    for m in _TRAILING_BOLD.finditer(text):
-        clauses.append((m.start(), m.start("clause"), m.end("clause")))
+        clauses.append((m.start(), m.start(1), m.end(1), False))
+    for m in _TRAILING_BOLD.finditer(text):  # a tally too: "the number of crossings is **12**." marks nothing
+        clauses.append((m.start(), m.start("clause"), m.end("clause"), True))
     return sorted(clauses)
 
 
@@ -1999,30 +2069,36 @@ def extract_answer(response: str) -> "int | None":
          reads as "7").
       1. Final-answer markers: "\\boxed{7}", "<answer>7</answer>",
          "answer: 7" / "answer is 7" / "answer = 7" (any case, markdown allowed:
-         "**Answer:** 7", "Final answer: **7**"; JSON: '"answer": 7'), a total
-         or count stated as such ("Total: 7", "the total is 7", "a total of 7",
-         "Final count: 7", "Number of loops: 7", '"loops": 7'), and a bold
-         number that ends the reply ("... **7**"). The answer is the first
-         count inside the box or tag, or in the rest of the marker's sentence
-         or line. With several markers the last one that holds a number wins.
+         "**Answer:** 7", "Final answer: **7**"; JSON: '"answer": 7'). The
+         answer is the first count inside the box or tag, or in the rest of
+         the marker's sentence or line.
+         Tallies mark it too, when a count follows on the same line: "Total:
+         7", "the total is 7", "a total of 7", "Final count: 7", "Number of
+         loops: 7", "Loops: 7" opening a line, '"count": 7', and a bold number
+         that ends the reply ("... **7**"); "a total of 14 crossings" is none.
+         With several markers the last one that holds a count wins.
       2. Otherwise the last count anywhere in the reply.
     Numbers are ASCII digits ("7", "07", "7.", "7,", "**7**", "7 loops") or the
     words zero..twenty (any case; "twenty-one".."twenty-nine" too). A number
     glued to letters ("7th", "2D") or followed by "%" is skipped, and so is
-    "one" used as a pronoun: followed by of/another/by, or after a determiner
-    and up to three words ("the small red one"), unless "loop(s)" follows.
-    A count is a number that is neither a label ("Loop 2", "loops 3 and 5",
-    "Step 1", "#4", "figure-8", the numbers of a numbered list) nor set aside
-    by the reply ("not 8", "initially thought 6", "off by 1", "missed 1 or 2",
-    "Confidence: 8/10"). Where other counts exist, one that names something
-    else ("2 of them", "3 red", "12 crossings", "one for each") is passed
-    over: "There are 7 loops, 2 of them small." gives 7.
+    "one" used as a pronoun: followed by of/another/by/that/which/who/for, or
+    after a determiner and up to three words ("the small red one"), unless
+    "loop(s)" follows.
+    Counts are the numbers left once labels ("Loop 2", "loops 3 and 5",
+    "Step 1", "figure-8", "labelled 1-7", a numbered list's numbers), numbers
+    the reply sets aside ("not 8", "initially thought 6", "off by 1", "missed
+    1 or 2", "Confidence: 8/10") and the parts of a sum ("4 + 3 = 7") are
+    left out. A count naming something else ("2 of them", "3 red", "4 are
+    large", "12 crossings", "Crossings: 12") or standing in brackets ("7
+    loops (3 large, 4 small)") is chosen only when no other count is there:
+    "There are 7 loops, 2 of them small." gives 7.
     The count chosen by 1 or 2 gives None, without falling back to an
     earlier one, when it is:
       - one of two different counts joined by or / to / - / – / ~ / "/" / ±
-        ("7 or 8", "7-8", "either 6 or 7", "7 (or possibly 8)", "7 ± 1"), by
-        maybe / possibly / perhaps / "but it could be" ("7, possibly 8",
-        "7 loops (maybe 8)"), or by "and" after "between" ("between 7 and 8");
+        / "give or take" ("7 or 8", "7-8", "either 6 or 7", "7 (or possibly
+        8)", "7 ± 1"), by maybe / possibly / perhaps / "it could be" before a
+        second count that ends the thought ("7, possibly 8", "7 loops (maybe
+        8)"), or by "and" after "between" ("between 7 and 8");
       - a bound: "at least 7", "more than 6", "7+", "7 or more";
       - negative ("-3") or fractional ("7.5"; "7.0" counts as 7).
 
@@ -2044,14 +2120,14 @@ def extract_answer(response: str) -> "int | None":
     text = _LATEX_TEXT.sub(r"\1", unicodedata.normalize("NFKC", reply))
     numbers = _find_numbers(text)
     starts = [number.start for number in numbers]
-    for _, start, end in reversed(_marker_clauses(text)):
-        inside = range(bisect.bisect_left(starts, start), bisect.bisect_right(starts, end))
-        inside = [i for i in inside if numbers[i].end <= end]
+    for _, start, end, tally in reversed(_marker_clauses(text)):
+        inside = [i for i in range(bisect.bisect_left(starts, start), bisect.bisect_right(starts, end))
+                  if numbers[i].end <= end and (numbers[i].plain or not tally)]
         if inside:
-            return _committed_value(text, numbers, _count_among(numbers, inside, first=True))
+            return _committed_value(text, numbers, _pick(numbers, inside, last=False))
     if not numbers:
         return None
-    return _committed_value(text, numbers, _count_among(numbers, range(len(numbers)), first=False))
+    return _committed_value(text, numbers, _pick(numbers, range(len(numbers)), last=True))
 
 
 def score_answer(response: str, answer: int) -> float:

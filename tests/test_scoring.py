@@ -72,7 +72,7 @@ CASES = [
     ("There is only one", 1),
     ("Answer: one", 1),
     ("There are 7 loops, including the small red one.", 7),
-    ("There are 7 loops (6 if the small one is part of the big one).", 6),
+    ("There are 7 loops (6 if the small one is part of the big one).", 7),  # a bracketed caveat is a detail
     ("I counted the loops one by one: 9 in total", 9),
     ("There are 8 loops; one of them is tiny.", 8),
     ("7 loops. Which one is biggest? The one on the left.", 7),
@@ -176,6 +176,24 @@ CASES = [
     ("Answer: not 8 but 7", 7),
     ("Answer: After tracing all 12 crossings, there are 7 loops.", 7),
     ("Answer: Loops 1 through 7, so 7 in total.", 7),
+    ("5 loops are clearly visible and 2 are partially hidden, so I count 7 tangled together.", 7),
+    ("There are 6 obvious loops and one hidden behind the others, so there are 7 in the image.", 7),
+    ("There are 2 big loops and 5 small ones, so 7 here.", 7),
+    ("The two large loops are easy to spot; tracing the rest, I count 7 of them.", 7),
+    ("There are 7 loops – 4 are large and 3 are small.", 7),
+    ("Answer: 7 loops\n- 3 large loops\n- 4 small loops", 7),  # a bullet's dash is no range
+    ("- 3 large loops\n- 4 small loops\n\n**7 loops**", 7),
+    ("Answer: 7 loops (possibly 2 are partially hidden)", 7),  # "possibly" with no second count
+    ("There are 5 ... no. 7 loops.", 7),
+    ("As noted earlier there are 7 loops.", 7),
+    ("One loop is twisted into a figure-8, and 7 loops are visible in total.", 7),
+    ("I have traced and labeled 7 distinct loops in the image.", 7),
+    ("Distinct closed loops - 7", 7),
+    ("Number of loops    7", 7),
+    # --- sums: only the result counts
+    ("The total is 4 + 3 = 7.", 7),
+    ("Total: 3 + 2 + 2 = 7 loops", 7),
+    ("Count: 2 (red) + 3 (blue) + 2 (green) = 7", 7),
     # --- a total or a count stated as such is a marker; JSON keys too
     ("**Answer: 6**\n\nOn closer inspection loop 4 is two separate loops, so the total is 7.", 7),
     ("**Final Answer:**\n1. Red\n2. Blue\n3. Green\n4. Yellow\n5. Purple\n6. Orange\n7. Pink\n\nTotal = 7", 7),
@@ -184,6 +202,18 @@ CASES = [
     ('```json\n{"answer": 7, "confidence": 0.85}\n```', 7),
     ('{"answer": 7, "explanation": "Loops 1-7 are each closed."}', 7),
     ('{"loops": 7, "reasoning": "Traced each strand; 2 loops overlap."}', 7),
+    ('{"count": 7, "loops": [1, 2, 3, 4, 5, 6, 7]}', 7),
+    ("Loops: 7\nCrossings: 12", 7),
+    # ... but not a tally of something else, nor a breakdown
+    ("The loops create a total of 14 crossings. Tracing each strand, I find 7 loops.", 7),
+    ("Answer: 7\n\n(Total of 12 crossings between the loops.)", 7),
+    ("Answer: 7\nCrossings total: 15", 7),
+    ("In total there are 7 loops. The total number of crossings is 14.", 7),
+    ("I count 7 loops. The number of crossings is **12**.", 7),
+    ("Here's my count:\n\n- Red: 3\n- Blue: 2\n- Green: 2\n\nThat makes 7 loops.", 7),
+    ("Let me count: 1, 2, 3, 4, 5, 6, 7, 8. Hmm, I double counted one. So 7.", 7),
+    ("Number of large loops: 4\nNumber of small loops: 3\n\nSo there are 7 loops.", 7),
+    ("Answer: 7\n\nThe count is based on tracing 3 overlapping regions.", 7),
     ("答案：７", 7),  # full-width digit
     # --- reasoning blocks: only the text after </think> is the reply
     ("<think>answer is 5</think> 7", 7),
@@ -215,6 +245,9 @@ CASES = [
     ("Likely 7, but it could be 8.", None),
     ("I think it's 6, but it could be **7**", None),
     ("7 ± 1 loops", None),
+    ("7, give or take 1", None),
+    ("7, or it could be 8", None),
+    ("I count 7 loops, although it might be 8.", None),
     ("at least 7", None),
     ("At least 7 loops", None),
     ("more than 6 loops", None),
