@@ -1657,6 +1657,10 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
     with exclusive_run(out_dir, shard):
         journal = journal_path(out_dir, shard)
+        finished = [out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE] if shard == WHOLE_RUN else [shard_path(out_dir, shard)]
+        for path in finished:  # found now, not after drawing every image
+            if path.exists() and not path.is_file():
+                raise DatasetError(f"{path} is not a file, and the run ends by writing one there: move it away")
         known = known_records(cfg, out_dir, shard, overwrite)
         # A shard's run touches no dataset file: a merge or a whole run may be writing those now.
         files = {journal.name, shard_path(out_dir, shard).name}

@@ -530,3 +530,13 @@ def test_a_rerun_says_which_images_it_kept_and_which_it_drew(tmp_path, monkeypat
     assert creation.main(args) == 0
     assert capsys.readouterr().err.strip().endswith(
         f"kept 5 of 6 images, which match their records, drew 1, and wrote annotations.jsonl, data.json in {tmp_path}")
+
+
+@pytest.mark.parametrize("name, shard", [("annotations.jsonl", creation.WHOLE_RUN), ("data.json", creation.WHOLE_RUN),
+                                         ("shards/shard-00001-of-00002.jsonl", creation.Shard(1, 2))])
+def test_a_folder_where_the_run_writes_a_file_is_refused_before_drawing(name, shard, tmp_path, monkeypatch):
+    (tmp_path / name).mkdir(parents=True)
+    drawn = count_draws(monkeypatch)
+    with pytest.raises(creation.DatasetError, match=f"{name} is not a file"):
+        creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path, workers=1, quiet=True, shard=shard)
+    assert drawn == []
