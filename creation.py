@@ -36,7 +36,6 @@ import re
 import signal
 import sys
 import threading
-import unicodedata
 import zlib
 from collections import Counter, defaultdict, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -1801,10 +1800,11 @@ _PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b)", re.IGNORECASE)
 # "one" is far more often a pronoun than a count ("the small red one",
 # "one of the loops", "one by one"); left in, it would often be the last number
 # of a reply and turn 7 into 1. "one loop" is always a count.
-_PRONOUN_ONE_AFTER = re.compile(r"\s+(?:of|another|by|that|which|who|for)\b", re.IGNORECASE)
+_PRONOUN_ONE_AFTER = re.compile(
+    r"\s+(?:of|another|by|that|which|who|for|is|was|has|inside|within|more)\b", re.IGNORECASE)
 _COUNT_ONE_AFTER = re.compile(r"[\s*_]+(?:[a-z]+\s+){0,2}loops?\b", re.IGNORECASE)
 _PRONOUN_ONE_BEFORE = re.compile(
-    r"\b(?:the|this|that|each|every|which|another|a|an|some|any|no|by)\s+(?:[a-z]+\s+){0,3}$",
+    r"\b(?:the|this|that|each|every|which|another|a|an|some|any|no|by)\s+(?:[a-z0-9-]+,?\s+){0,3}$",
     re.IGNORECASE,
 )
 
@@ -1812,7 +1812,7 @@ _PRONOUN_ONE_BEFORE = re.compile(
 # "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7, give or take 1", "7 (or possibly 8)",
 # "**7** or **8**", "7 loops or 8".
 _ALTERNATIVE_GAP = re.compile(
-    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:or|to|-|–|—|~|/|±|\+/-|give\s+or\s+take)[ \t*_()$]*"
+    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:or|to|-|–|—|~|/|±|\+/-|give\s+or\s+take|o|ou|oder|或|到|至)[ \t*_()$]*"
     r"(?:(?:maybe|possibly|perhaps|probably)\s*)?",
     re.IGNORECASE,
 )
@@ -1854,7 +1854,7 @@ _TALLY_MARKER = re.compile(
     r"|\b(?:final|total|loop)\s+count\b[\s*_]*(?:is\b|[:=])"
     r"|\bnumber[\s_]+of[\s_]+(?:(?:distinct|closed|separate|individual|unique|tangled)[\s_]+){0,2}loops\b[\s*_]*(?:is\b|[:=])"
     r"|[\"'](?:count|num_loops|loops|total)[\"']\s*:(?=\s*[\"']?[0-9])"
-    r"|^[ \t>*_#-]*(?:total\s+)?loops[\s*_]*:",
+    r"|^[ \t>*_#-]*(?:(?:total|loop|final)\s+)?(?:loops|count)[\s*_]*:",
     re.IGNORECASE | re.MULTILINE,
 )
 _BOXED_MARKER = re.compile(r"\\boxed\s*\{")
@@ -1874,6 +1874,18 @@ _CLAUSE_END = re.compile(r"\n|[.!?;](?=\s|$)")
 # follows is the reply. A draft opened and never closed was cut short: no reply.
 _THINK_END = re.compile(r"</think(?:ing)?>|◁/think▷", re.IGNORECASE)
 _THINK_START = re.compile(r"<think(?:ing)?>|◁think▷", re.IGNORECASE)
+# A reply that corrects itself ("Wait, let me recount", "on closer inspection", "Actually,
+# there are ...") means what follows the last correction, if that holds a count.
+_CORRECTION = re.compile(
+    r"\b(?:wait|on\s+(?:closer|second)\s+(?:inspection|look|thought)|let\s+me\s+(?:re-?count|re-?check|double[- ]check)"
+    r"|re-?counting|correct(?:ion|ing)|I\s+(?:miscounted|was\s+wrong|made\s+a\s+mistake)|no(?=[,.!]\s))\b"
+    r"|\bactually,?(?=\s+(?:there\s+(?:are|is)|it'?s|it\s+is|I\s+count|the\s+(?:answer|count|total)\s+is))",
+    re.IGNORECASE,
+)
+_FULL_WIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
+# Markup such as Molmo's <points x1="12.5" ...> holds coordinates, not counts (<answer> is a marker).
+_DATE = re.compile(r"\b[0-9]{1,4}([/.-])[0-9]{1,2}\1[0-9]{1,4}\b")  # "12/05/2024", "2024-05-12"
+_MARKUP_TAG = re.compile(r"<(?!/?answer\b)[a-z/][^<>]*>", re.IGNORECASE)
 # LaTeX text wrappers hide connectors: "\boxed{7 \text{ or } 8}" hedges like "7 or 8".
 _LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
 
@@ -1892,15 +1904,41 @@ _RANGE_LABEL_BEFORE = re.compile(r"\b(?:labell?ed|numbered|marked)[ \t]+$", re.I
 _RANGE_AFTER = re.compile(r"[ \t]*(?:-|–|—|to|through)[ \t]*[0-9]", re.IGNORECASE)
 _LABELS_JOINED = re.compile(r"[ \t]*(?:,[ \t]*(?:and[ \t]+)?|and|&|-|–|—|to|through|or)[ \t]*", re.IGNORECASE)
 _SET_ASIDE_BEFORE = re.compile(
-    r"\b(?:not|rather\s+than|instead\s+of|off\s+by|missed|confidence[\s*_]*[:=]"
-    r"|(?:initially|originally|previously|at\s+first)\s+(?:I\s+)?(?:thought|counted|guessed|said|saw|got|estimated))"
+    r"\b(?:not|rather\s+than|instead\s+of|off\s+by|missed|confidence(?:\s+level)?[\s*_]*[:=]"
+    r"|(?:initially|originally|previously|at\s+first)\s+(?:I\s+)?(?:thought|counted|guessed|said|saw|got|estimated)"
+    r"|(?:earlier|previous|initial|first|original)\s+(?:count|answer|estimate|guess)\s+(?:of|was)"
+    r"|\b[xy][0-9]?[ \t]*[=:])"
     r"[\s*_:]*$",
     re.IGNORECASE,
 )
 _SET_ASIDE_JOINED = re.compile(r"[ \t]*(?:or|/|to|-|–)[ \t]*", re.IGNORECASE)
-_SUM_PART_AFTER = re.compile(r"[^\n=+]{0,20}?\+[ \t]*[0-9a-z(]", re.IGNORECASE)
-_SUM_PART_BEFORE = re.compile(r"\+[^\n=+]{0,20}$")
+_SUM_PART_AFTER = re.compile(r"[^\n=+→]{0,20}?\+[ \t]*[0-9a-z(]", re.IGNORECASE)
+_SUM_PART_BEFORE = re.compile(r"\+[^\n=+→]{0,20}$")
+_SUM_RESULT = re.compile(r"=|→|->")
+_ADDEND_AFTER = re.compile(r"[ \t]*\+[ \t]*[0-9]")  # "6 + 1 hidden": a sum even with no result
+_ADDEND_BEFORE = re.compile(r"[0-9][ \t]*\+[ \t]*$")
+_COMPOUND_AFTER = re.compile(r"-(?!loops?\b)[a-z]", re.IGNORECASE)
+_DIMENSION = re.compile(r"[ \t]*[×x][ \t]*[0-9]")
+_DIMENSION_BEFORE = re.compile(r"(?:[0-9][ \t]*[×x]|×)[ \t]*$")
+_RATIO_AFTER = re.compile(r"[ \t]+out[ \t]+of[ \t]+[0-9]", re.IGNORECASE)
+_RATIO_BEFORE = re.compile(r"[0-9][ \t]+out[ \t]+of[ \t]+$", re.IGNORECASE)
 _LIST_ITEM = re.compile(r"^[ \t>*_#-]*(?P<item>[0-9]+)[.)][ \t]+\S", re.MULTILINE)
+# A count stated as a total outranks the other counts of its clause, or of the reply:
+# "3 large loops and 4 small loops, making 7 in total".
+_TOTAL_AFTER = re.compile(
+    r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]+)?(?:in[ \t]+total|in[ \t]+all|altogether|overall|total)\b"
+    r"|[ \t*_]*(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]*:",  # "7 loops: 2 red, 2 blue, 3 green"
+    re.IGNORECASE)
+_TOTAL_BEFORE = re.compile(
+    r"(?:\b(?:making|makes|giving|gives|so|totals?|totall?ing|equals?|i\.e\.|that\s+is|that'?s)|=|→|->)[ \t*_:,]*$",
+    re.IGNORECASE)
+# ... and a count the reply asserts ("There are 7 loops", "I count 7", "the image contains 7")
+# outranks numbers that only describe them ("2 loops are nested", "3 are visible").
+_ASSERTED_BEFORE = re.compile(
+    r"(?:\bthere\s+(?:are|is|were)|\bthere're|\bI\s+(?:can\s+)?(?:count(?:ed)?|see|saw|find|found|identif(?:y|ied)"
+    r"|detect(?:ed)?|observed?|trace[d]?)|\b(?:contains?|has|have|shows?|depicts?|out\s+of\s+the|of\s+the))"
+    r"[ \t]+(?:(?:exactly|only|just|about|approximately|roughly|around|precisely|a\s+total\s+of)[ \t]+)?[*_]*$",
+    re.IGNORECASE)
 # A count of loops: "7 loops", "7 distinct closed loops" (not "12 crossings between the loops").
 _LOOPS_AFTER = re.compile(
     r"[ \t*_]+(?:(?!(?:of|between|in|on|at|from|with|across|among|per|for|by|and|or|are|is|were|was)\b)[a-z-]+[ \t]+){0,3}"
@@ -1914,7 +1952,8 @@ _OTHER_THING_AFTER = re.compile(
     r"[ \t*_]*(?:-[ \t]*)?(?:[a-z]+[ \t]+){0,2}?"
     r"(?:of(?![ \t]+(?:them|these|those)[ \t*_]*(?:[.!?\n]|$))|for|each|apiece|way|times|crossings?|intersections?|junctions?|points?|places?|regions?|areas?|faces?"
     r"|parts?|pieces?|segments?|overlaps?|layers?|degrees?|pixels?|px|large|larger|small|smaller|big|bigger|tiny"
-    r"|outer|inner|red|blue|green|yellow|orange|purple|pink|black|white|brown|gr[ae]y|teal|cyan|magenta|gold)\b",
+    r"|outer|inner|medium|red|blue|green|yellow|orange|purple|pink|black|white|brown|gr[ae]y|teal|cyan|magenta|gold"
+    r"|colou?rs?|clusters?|groups?|others?)\b",
     re.IGNORECASE,
 )
 # ... or is what a tally of something else comes to: "Crossings: 12", "the number of crossings is 14".
@@ -1929,11 +1968,13 @@ class _Number(NamedTuple):
     end: int
     value: float  # float so that "7.5" and "-3" survive until they are judged
     names_other_thing: bool  # "2 of them", "3 red": not the count, if the reply has another
-    in_brackets: bool  # "7 loops (4 large, 3 small)": a detail, if the reply has a number outside brackets
+    detail: bool  # in brackets or a table row, "7 loops (4 large, 3 small)": not the count, if the reply has another
+    total: bool  # stated as a total: "7 in total", "making 7", "so 7", "= 7", "7 loops: 3 red, ..."
+    asserted: bool  # "there are 7", "I count 7": what the reply claims rather than describes
 
     @property
     def plain(self) -> bool:
-        return not (self.names_other_thing or self.in_brackets)
+        return not (self.names_other_thing or self.detail)
 
 
 def _is_pronoun_one(text, start, end):
@@ -1961,10 +2002,15 @@ def _left_out(text, m, list_items, chain):
         return "figure"  # "figure-8" starts no list
     if _SET_ASIDE_BEFORE.search(before):
         return "aside"
-    line_end = text.find("\n", m.end())
-    line_end = len(text) if line_end < 0 else line_end
-    if "=" in text[m.end():line_end] and (_SUM_PART_AFTER.match(text, m.end()) or _SUM_PART_BEFORE.search(before)):
+    # A sum's parts sit within a few words of its result; looking no further keeps long lines linear.
+    window_end = text.find("\n", m.end(), m.end() + 80)
+    if (_SUM_RESULT.search(text, m.end(), window_end if window_end >= 0 else m.end() + 80) and (
+            _SUM_PART_AFTER.match(text, m.end()) or _SUM_PART_BEFORE.search(before))) or (
+            _ADDEND_AFTER.match(text, m.end()) or _ADDEND_BEFORE.search(before)):
         return "sum"
+    if (_COMPOUND_AFTER.match(text, m.end()) or _DIMENSION.match(text, m.end()) or _DIMENSION_BEFORE.search(before)
+            or _RATIO_AFTER.match(text, m.end()) or _RATIO_BEFORE.search(before)):
+        return "size"  # "an 8-shaped one", "512 × 512 pixels", "green ×3", "4 out of 5"
     return None
 
 
@@ -1974,6 +2020,7 @@ def _find_numbers(text):
     items = [m.start("item") for m in _LIST_ITEM.finditer(text)]
     list_items = set(items) if len(items) >= 2 else set()  # one "7. The loops ..." line is an answer, not a list
     depth = list(itertools.accumulate((c == "(") - (c == ")") for c in text))
+    newlines = [-1] + [m.start() for m in re.finditer("\n", text)]
     numbers, chain = [], None
     for m in _NUMBER_RE.finditer(text):
         kind = _left_out(text, m, list_items, chain)
@@ -1997,15 +2044,25 @@ def _find_numbers(text):
             value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
         other_thing = not _LOOPS_AFTER.match(text, m.end()) and bool(
             _OTHER_THING_AFTER.match(text, m.end()) or _OTHER_TALLY_BEFORE.search(text[max(0, m.start() - 40):m.start()]))
-        numbers.append(_Number(m.start(), m.end(), value, other_thing, depth[m.start()] > 0))
+        line_start = newlines[bisect.bisect_left(newlines, m.start()) - 1] + 1
+        detail = depth[m.start()] > 0 or text.startswith("|", line_start)
+        total = bool(_TOTAL_AFTER.match(text, m.end()) or _TOTAL_BEFORE.search(text[max(0, m.start() - 20):m.start()]))
+        asserted = bool(_ASSERTED_BEFORE.search(text[max(0, m.start() - 40):m.start()]))
+        numbers.append(_Number(m.start(), m.end(), value, other_thing, detail, total, asserted))
     return numbers
 
 
+def _claimed(number):
+    return number.plain and (number.total or number.asserted)
+
+
 def _pick(numbers, indices, last):
-    """The first (or last) of numbers[indices] that is plain; failing that, one that names no
-    other thing; failing that, the first (last) of all."""
+    """The first of numbers[indices] (inside a marker's clause) that is plain and stated as a
+    total, or failing that plain and asserted; or the last (in the whole reply) that is either.
+    Failing that, the first (last) plain one; then one that names no other thing; then any."""
     order = list(reversed(indices)) if last else list(indices)
-    for good in (lambda n: n.plain, lambda n: not n.names_other_thing):
+    claims = [_claimed] if last else [lambda n: n.plain and n.total, lambda n: n.plain and n.asserted]
+    for good in (*claims, lambda n: n.plain, lambda n: not n.names_other_thing):
         found = next((i for i in order if good(numbers[i])), None)
         if found is not None:
             return found
@@ -2015,8 +2072,8 @@ def _pick(numbers, indices, last):
 def _committed_value(text, numbers, i):
     """The count that `numbers[i]` commits to, or None when it is hedged, a bound or not a count."""
     chosen = numbers[i]
-    if chosen.value < 0 or chosen.value != int(chosen.value):
-        return None
+    if not math.isfinite(chosen.value) or chosen.value < 0 or chosen.value != int(chosen.value):
+        return None  # a digit run of 309 or more (a model stuck repeating) is no count either
     if _BOUND_BEFORE.search(text[max(0, chosen.start - 30):chosen.start]) or _BOUND_AFTER.match(text, chosen.end):
         return None
     for left, right in ((i - 1, i), (i, i + 1)):
@@ -2033,29 +2090,32 @@ def _committed_value(text, numbers, i):
     return int(chosen.value)
 
 
-def _closing_brace(text, start):
-    """Index of the "}" that closes the brace opened just before `start`."""
-    depth = 1
-    for pos in range(start, len(text)):
-        if text[pos] == "{":
-            depth += 1
-        elif text[pos] == "}":
-            depth -= 1
-            if depth == 0:
-                return pos
-    return len(text)
+def _closing_braces(text):
+    """For each "{" in text, by position, the position of the "}" that closes it (len(text) if none)."""
+    closing, opened = {}, []
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            opened.append(m.start())
+        elif opened:
+            closing[opened.pop()] = m.start()
+    return closing
 
 
 def _marker_clauses(text):
-    """(marker start, clause start, clause end, is_tally) for every final-answer marker, in text order."""
+    """(marker start, clause start, clause end, is_tally) for every final-answer marker, in text order.
+
+    Sentence ends and braces are found once for the whole text, so a reply
+    repeating a marker thousands of times is still read in linear time.
+    """
     clauses = []
+    clause_ends = [m.start() for m in _CLAUSE_END.finditer(text)] + [len(text)]
     for marker, lead, tally in ((_KEYWORD_MARKER, _CLAUSE_LEAD, False), (_TALLY_MARKER, _SAME_LINE_LEAD, True)):
         for m in marker.finditer(text):
             start = lead.match(text, m.end()).end()
-            end_match = _CLAUSE_END.search(text, start)
-            clauses.append((m.start(), start, end_match.start() if end_match else len(text), tally))
+            clauses.append((m.start(), start, clause_ends[bisect.bisect_left(clause_ends, start)], tally))
+    closing = _closing_braces(text)
     for m in _BOXED_MARKER.finditer(text):
-        clauses.append((m.start(), m.end(), _closing_brace(text, m.end()), False))
+        clauses.append((m.start(), m.end(), closing.get(m.end() - 1, len(text)), False))
     for m in _ANSWER_TAG.finditer(text):
         clauses.append((m.start(), m.start(1), m.end(1), False))
     for m in _TRAILING_BOLD.finditer(text):  # a tally too: "the number of crossings is **12**." marks nothing
@@ -2066,45 +2126,54 @@ def _marker_clauses(text):
 def extract_answer(response: str) -> "int | None":
     """The non-negative integer a model's reply commits to, or None.
 
-    Precedence:
+    Reading:
       0. Only text after the last "</think>" (or "</thinking>", "◁/think▷")
-         counts; a draft opened and never closed gives None. Full-width digits
-         read as ASCII ones, and LaTeX text wrappers are dropped ("\\text{7}"
-         reads as "7").
+         counts; a reply that opens a draft and never closes it gives None.
+         Full-width digits read as ASCII ones; LaTeX text wrappers ("\\text{7}"),
+         markup tags (Molmo's <points ...>) and dates are dropped. If the reply
+         corrects itself ("Wait", "let me recount", "on closer inspection",
+         "Actually, there are", "no, 7"), what follows the last correction is
+         read first, and the whole reply only if that holds no clear count.
       1. Final-answer markers: "\\boxed{7}", "<answer>7</answer>",
          "answer: 7" / "answer is 7" / "answer = 7" (any case, markdown allowed:
          "**Answer:** 7", "Final answer: **7**"; JSON: '"answer": 7'). The
          answer is the first count inside the box or tag, or in the rest of
-         the marker's sentence or line.
-         Tallies mark it too, when a count follows on the same line: "Total:
-         7", "the total is 7", "a total of 7", "Final count: 7", "Number of
-         loops: 7", "Loops: 7" opening a line, '"count": 7', and a bold number
-         that ends the reply ("... **7**"); "a total of 14 crossings" is none.
-         With several markers the last one that holds a count wins.
-      2. Otherwise the last count anywhere in the reply.
+         the marker's sentence or line, preferring one stated as a total and
+         then one asserted ("..., making 7 in total"). Tallies mark it too
+         when a count follows on the same line: "Total: 7", "the total is
+         7", "a total of 7", "Final count: 7", "Number of loops: 7", "Loops:
+         7" or "Count: 7" opening a line, '"count": 7', a bold number ending
+         the reply; a running total gives way to a later claimed count, and
+         "a total of 14 crossings" marks nothing. The last marker holding a
+         count wins.
+      2. Otherwise the last count the reply claims, as a total ("7 in
+         total", "making 7", "7 loops: 3 red, ...") or asserted ("there are
+         7", "I count 7", "the image contains 7", "out of the 7 loops");
+         failing that, the last count.
     Numbers are ASCII digits ("7", "07", "7.", "7,", "**7**", "7 loops") or the
     words zero..twenty (any case; "twenty-one".."twenty-nine" too). A number
     glued to letters ("7th", "2D") or followed by "%" is skipped, and so is
-    "one" used as a pronoun: followed by of/another/by/that/which/who/for, or
-    after a determiner and up to three words ("the small red one"), unless
-    "loop(s)" follows.
+    "one" used as a pronoun ("one of", "one that", "one is", "one more",
+    "the small, red one", "a medium-sized one") unless "loop(s)" follows.
     Counts are the numbers left once labels ("Loop 2", "loops 3 and 5",
     "Step 1", "figure-8", "labelled 1-7", a numbered list's numbers), numbers
-    the reply sets aside ("not 8", "initially thought 6", "off by 1", "missed
-    1 or 2", "Confidence: 8/10") and the parts of a sum ("4 + 3 = 7") are
-    left out. A count naming something else ("2 of them", "3 red", "4 are
-    large", "12 crossings", "Crossings: 12") or standing in brackets ("7
-    loops (3 large, 4 small)") is chosen only when no other count is there:
-    "There are 7 loops, 2 of them small." gives 7.
-    The count chosen by 1 or 2 gives None, without falling back to an
-    earlier one, when it is:
+    the reply sets aside ("not 8", "initially thought 6", "my earlier count
+    of 6", "off by 1", "missed 1 or 2", "Confidence: 8/10", "x=50"), the
+    parts of a sum ("4 + 3 = 7", "6 + 1") and sizes or ratios ("8-shaped",
+    "512 × 512", "×3", "4 out of 5") are left out. A count naming something
+    else ("2 of them", "3 red", "4 are large", "12 crossings", "Crossings:
+    12") or standing in brackets or a table row is a detail, chosen only
+    when no other count is there: "There are 7 loops, 2 of them small." gives 7.
+    The count chosen gives None, without falling back to an earlier one,
+    when it is:
       - one of two different counts joined by or / to / - / – / ~ / "/" / ±
         / "give or take" ("7 or 8", "7-8", "either 6 or 7", "7 (or possibly
-        8)", "7 ± 1"), by maybe / possibly / perhaps / "it could be" before a
-        second count that ends the thought ("7, possibly 8", "7 loops (maybe
-        8)"), or by "and" after "between" ("between 7 and 8");
+        8)", "7 ± 1", "7 oder 8"), by maybe / possibly / perhaps / "it could
+        be" before a second count that ends the thought ("7, possibly 8",
+        "7 loops (maybe 8)"), or by "and" after "between" ("between 7 and 8");
       - a bound: "at least 7", "more than 6", "7+", "7 or more";
-      - negative ("-3") or fractional ("7.5"; "7.0" counts as 7).
+      - negative ("-3"), fractional ("7.5"; "7.0" counts as 7) or endless
+        (a run of hundreds of digits).
 
     >>> extract_answer("There are 5 ... no, 7 loops.")
     7
@@ -2118,20 +2187,33 @@ def extract_answer(response: str) -> "int | None":
     True
     """
     reply = _THINK_END.split(response)[-1]
-    if _THINK_START.search(reply):
+    if _THINK_START.match(reply.lstrip()):
         return None
-    # NFKC reads full-width digits ("７") as ASCII ones.
-    text = _LATEX_TEXT.sub(r"\1", unicodedata.normalize("NFKC", reply))
+    text = _LATEX_TEXT.sub(r"\1", reply.translate(_FULL_WIDTH_DIGITS))
+    text = _DATE.sub(" ", _MARKUP_TAG.sub(" ", text))
+    corrections = [m.end() for m in _CORRECTION.finditer(text)]
+    if corrections:
+        value, found = _read_count(text[corrections[-1]:])
+        if found:
+            return value
+    return _read_count(text)[0]
+
+
+def _read_count(text):
+    """The count text commits to (see extract_answer), and whether a marker or a plain count gave it."""
     numbers = _find_numbers(text)
     starts = [number.start for number in numbers]
     for _, start, end, tally in reversed(_marker_clauses(text)):
         inside = [i for i in range(bisect.bisect_left(starts, start), bisect.bisect_right(starts, end))
                   if numbers[i].end <= end and (numbers[i].plain or not tally)]
+        if tally and any(_claimed(n) for n in numbers[bisect.bisect_right(starts, end):]):
+            break  # a running total ("so the total is 5") gives way to a later "That gives 7 loops"
         if inside:
-            return _committed_value(text, numbers, _pick(numbers, inside, last=False))
+            return _committed_value(text, numbers, _pick(numbers, inside, last=False)), True
     if not numbers:
-        return None
-    return _committed_value(text, numbers, _pick(numbers, range(len(numbers)), last=True))
+        return None, False
+    chosen = _pick(numbers, range(len(numbers)), last=True)
+    return _committed_value(text, numbers, chosen), numbers[chosen].plain
 
 
 def score_answer(response: str, answer: int) -> float:

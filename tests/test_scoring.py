@@ -2,6 +2,7 @@
 
 import doctest
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -190,6 +191,43 @@ CASES = [
     ("I have traced and labeled 7 distinct loops in the image.", 7),
     ("Distinct closed loops - 7", 7),
     ("Number of loops    7", 7),
+    # --- what the reply asserts, or states as a total, outranks what it describes
+    ("There are 7 loops; 3 are fully visible and 4 are partially hidden.", 7),
+    ("There are **7** loops.\n\n- 2 loops are nested inside the largest one.\n- 3 loops cross near the center.", 7),
+    ("Out of the 7 loops, 3 are fully visible.", 7),
+    ("There are 7 loops.\n\nBreakdown:\n- Large: 1\n- Medium: 2\n- Small: 4", 7),
+    ("7 loops: 2 big, 3 mid-sized, 2 small.", 7),
+    ("There are 7 loops: six inner loops and one outer loop.", 7),
+    ("There are **7** loops in total:\n\n- **Large loops:** 2\n- **Small loops:** 5", 7),
+    ("Answer: There are 3 large loops and 4 small loops, making 7 in total.", 7),
+    ("I count 7 loops.\n\nNote: Loops 2 and 6 could be read as a single loop, which would give 6.", 7),
+    ("Let me count region by region. Top left: 2 loops, so the total is 2. Center: 3 more, so the total "
+     "is 5. Bottom: 2 more. That gives 7 loops.", 7),  # a running total gives way to the final count
+    ("There are 7 loops, arranged in 2 clusters.", 7),
+    ("There are 7 loops, in 5 different colors.", 7),
+    ("There are 7 loops, each crossing 2 or 3 others.", 7),
+    ("There are **7** distinct closed loops.\n\n| # | Color | Position |\n|---|---|---|\n| 1 | Red | (120, 340) |\n"
+     "| 3 | Green | (260, 250) |", 7),  # a table row is a detail
+    ("There are 7 loops. The image is 512 × 512 pixels.", 7),
+    ("There are 7 loops. The largest spans from x=50 to x=400.", 7),
+    ("There are 7 loops, as of this analysis on 12/05/2024.", 7),
+    ("There are 7 loops: red ×2, blue ×2, green ×3.", 7),
+    ("I count 7 loops. I'd rate my confidence 4 out of 5.", 7),
+    ("There are 7 loops.\nConfidence level: 8/10", 7),
+    ("There are 7 loops. <points x1=\"12.5\" y1=\"30.2\" alt=\"loops\">loops</points>", 7),
+    # --- "one" as a pronoun, however it is described
+    ("There are 7 loops; the top-left one is the largest.", 7),
+    ("There are 7 loops, including a medium-sized one.", 7),
+    ("There are 7 loops, including an 8-shaped one.", 7),
+    ("I can identify **7** distinct closed loops. One is partially hidden behind the others.", 7),
+    ("There are 7 loops. One more could be hiding behind the blue one, but I don't think so.", 7),
+    # --- a correction: what follows the last one, if it holds a count
+    ("So the answer is 6.\n\nWait, let me double-check. The blue strand closes on itself, so there are 7 loops.", 7),
+    ("Answer: 6. Actually, correcting myself: 7.", 7),
+    ("I count 7 loops. My earlier count of 6 missed the hidden one.", 7),
+    ("The answer is 7 after recounting, 6 + 1 hidden.", 7),
+    ("Answer: 7\n\nWait, is that right? Yes.", 7),
+    ("The answer is 7. Actually, 2 of them are small.", 7),
     # --- sums: only the result counts
     ("The total is 4 + 3 = 7.", 7),
     ("Total: 3 + 2 + 2 = 7 loops", 7),
@@ -223,6 +261,8 @@ CASES = [
     ("◁think▷I see 5 loops... so the answer is 6?◁/think▷There are 7 distinct closed loops.", 7),
     ("<think>\nLoop 1 is red. Loop 2 is blue. So far 5 loops, and the next", None),  # cut short
     ("<think>The answer is 6.</think>", None),
+    ("I need to think about this. <think> is not needed. There are 7 loops.", 7),  # not a draft: not at the start
+    ("There are " + "7" * 400 + " loops.", None),  # a model stuck repeating: no count, and no crash
     # --- two candidates or a range: no commitment
     ("The answer is 7 or 8", None),
     ("Answer: 7 or 8. I lean towards 7.", None),
@@ -246,6 +286,8 @@ CASES = [
     ("I think it's 6, but it could be **7**", None),
     ("7 ± 1 loops", None),
     ("7, give or take 1", None),
+    ("Es gibt 7 oder 8 Schleifen.", None),
+    ("Il y a 7 ou 8 boucles.", None),
     ("7, or it could be 8", None),
     ("I count 7 loops, although it might be 8.", None),
     ("at least 7", None),
@@ -275,6 +317,20 @@ CASES = [
 @pytest.mark.parametrize("response, expected", CASES)
 def test_extract_answer(response, expected):
     assert extract_answer(response) == expected
+
+
+# Replies written by three review rounds to trip the reader, each with what a careful
+# grader reads; "misread" marks the ones it still gets wrong (mostly not English, or
+# conditional: "the answer would be 8 if ..."). A fix turns their strict xfail red.
+REVIEW_REPLIES = [json.loads(line) for line in
+                  (Path(__file__).parent / "scoring_replies.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("row", [
+    pytest.param(row, marks=pytest.mark.xfail(strict=True, reason="known misread")) if row["misread"] else row
+    for row in REVIEW_REPLIES])
+def test_review_replies(row):
+    assert extract_answer(row["reply"]) == row["expected"]
 
 
 def test_case_table_has_no_duplicate_inputs():
