@@ -1377,6 +1377,7 @@ def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> 
         if out_dir / ANNOTATIONS_FILE not in mine:
             (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
         remove_stale_images(out_dir, cfg.n)
+        remove_shards_dir_if_empty(out_dir)
     known = KnownRecords(cfg.n)
     for path in mine:
         known.add(path)
@@ -1391,6 +1392,11 @@ def annotations_fit(cfg: Config, path: Path) -> bool:
         return first is not None and all(record_fits(cfg, record) for record in itertools.chain([first], records))
     except (OSError, ValueError):  # unreadable, or a line that is not JSON
         return False
+
+
+def remove_shards_dir_if_empty(out_dir: Path) -> None:
+    with contextlib.suppress(OSError):  # absent, or holding other shards' files
+        (out_dir / SHARDS_DIR).rmdir()
 
 
 def remove_stale_images(out_dir: Path, n: int) -> None:
@@ -1702,6 +1708,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
             write_dataset_files(cfg, out_dir, records)
             for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
                 path.unlink(missing_ok=True)
+            remove_shards_dir_if_empty(out_dir)
         else:
             (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
             header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}
@@ -1767,8 +1774,7 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
         write_dataset_files(cfg, out_dir, known.records)
         for path in paths:
             path.unlink()
-        if not any((out_dir / SHARDS_DIR).iterdir()):
-            (out_dir / SHARDS_DIR).rmdir()
+        remove_shards_dir_if_empty(out_dir)
         return cfg.n
 
 

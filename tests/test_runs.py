@@ -540,3 +540,14 @@ def test_a_folder_where_the_run_writes_a_file_is_refused_before_drawing(name, sh
     with pytest.raises(creation.DatasetError, match=f"{name} is not a file"):
         creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path, workers=1, quiet=True, shard=shard)
     assert drawn == []
+
+
+def test_a_whole_run_or_an_overwrite_leaves_no_empty_shards_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=6, seed=3)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, shard=creation.Shard(0, 2))
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)  # takes the finished shard's records
+    assert not (tmp_path / "shards").exists()
+    creation.generate_dataset(cfg, tmp_path / "other", workers=1, quiet=True, shard=creation.Shard(1, 2))
+    creation.generate_dataset(creation.Config(n=6, seed=4), tmp_path / "other", workers=1, quiet=True, overwrite=True)
+    assert not (tmp_path / "other" / "shards").exists()
