@@ -1781,7 +1781,35 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
 # ---------------------------------------------------------------------------
 # Scoring: read the count a model's reply commits to, and grade a run.
 # These functions use the standard library only, though importing creation.py loads numpy, scipy and Pillow.
+#
+# extract_answer reads a reply in four steps, each with its own tables below:
+# clean the text; find the numbers that can be counts and what role each
+# plays; find the final-answer markers; choose a count and check that the
+# reply commits to it.
 
+# --- cleaning the reply
+
+# Reasoning models put a draft before "</think>" (Kimi: "◁/think▷"); only what
+# follows is the reply. A reply that opens a draft and never closes it was cut short.
+_THINK_END = re.compile(r"</think(?:ing)?>|◁/think▷", re.IGNORECASE)
+_THINK_START = re.compile(r"<think(?:ing)?>|◁think▷", re.IGNORECASE)
+_FULL_WIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
+# LaTeX text wrappers hide connectors: "\boxed{7 \text{ or } 8}" hedges like "7 or 8".
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
+# Markup such as Molmo's <points x1="12.5" ...> holds coordinates, not counts (<answer> is a marker).
+_MARKUP_TAG = re.compile(r"<(?!/?answer\b)[a-z/][^<>]*>", re.IGNORECASE)
+_DATE = re.compile(r"\b[0-9]{1,4}([/.-])[0-9]{1,2}\1[0-9]{1,4}\b")  # "12/05/2024", "2024-05-12"
+# A reply that corrects itself ("Wait, let me recount", "on closer inspection",
+# "Actually, there are ...", "5 ... no, 7") means what follows the last correction.
+_CORRECTION = re.compile(
+    r"\b(?:wait|on\s+(?:closer|second)\s+(?:inspection|look|thought)|let\s+me\s+(?:re-?count|re-?check|double[- ]check)"
+    r"|re-?counting|(?<!-)correct(?:ion|ing)|I\s+(?:miscounted|was\s+wrong|made\s+a\s+mistake)"
+    r"|(?<![A-Za-z] )no(?=[,.!]\s))\b"  # "5 ... no, 7", not "loop no. 3"
+    r"|\bactually,?(?=\s+(?:there\s+(?:are|is)|it'?s|it\s+is|I\s+count|the\s+(?:answer|count|total)\s+is))",
+    re.IGNORECASE,
+)
+
+# --- numbers
 
 _NUMBER_WORDS = {
     "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5,
@@ -1790,7 +1818,7 @@ _NUMBER_WORDS = {
     "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19,
     "twenty": 20,
 }
-_UNIT_WORDS = "one|two|three|four|five|six|seven|eight|nine"
+_UNIT_WORDS = "|".join(word for word, value in _NUMBER_WORDS.items() if 1 <= value <= 9)
 
 # A number is a run of ASCII digits (optionally with a decimal part, so that
 # "7.5" is seen whole and rejected rather than read as 7) that is not glued to
@@ -1806,59 +1834,224 @@ _PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b)", re.IGNORECASE)
 # "one" is far more often a pronoun than a count ("the small red one",
 # "one of the loops", "one by one"); left in, it would often be the last number
 # of a reply and turn 7 into 1. "one loop" is always a count.
+_COUNT_ONE_AFTER = re.compile(r"[\s*_]+(?:[a-z-]+\s+){0,2}(?:loops?|rings?|curves?)\b", re.IGNORECASE)
 _PRONOUN_ONE_AFTER = re.compile(
     r"\s+(?:of|another|by|that|which|who|for|is|was|has|inside|within|more)\b", re.IGNORECASE)
-_COUNT_ONE_AFTER = re.compile(r"[\s*_]+(?:[a-z]+\s+){0,2}loops?\b", re.IGNORECASE)
-_PRONOUN_ONE_BEFORE = re.compile(
-    r"\b(?:the|this|that|each|every|which|another|a|an|some|any|no|by)\s+(?:[a-z0-9-]+,?\s+){0,3}$",
+_PRONOUN_ONE_BEFORE = re.compile(  # a determiner and up to three describing words, no verb: not "the answer is one"
+    r"\b(?:the|this|that|each|every|which|another|a|an|some|any|no|by)\s+"
+    r"(?:(?!(?:is|are|was|were|be|has|shows?|contains?)\b)[a-z0-9-]+,?\s+){0,3}$",
     re.IGNORECASE,
 )
 
-# Gaps between two different numbers that make a reply name two candidates:
-# "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7, give or take 1", "7 (or possibly 8)",
-# "**7** or **8**", "7 loops or 8".
-_ALTERNATIVE_GAP = re.compile(
-    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:or|to|-|–|—|~|/|±|\+/-|give\s+or\s+take|o|ou|oder|或|到|至)[ \t*_()$]*"
-    r"(?:(?:maybe|possibly|perhaps|probably)\s*)?",
+# Numbers that are never the count, by what stands around them:
+# labels ("Loop 2", "loop #3", "Step 1", "labelled 1-7", a numbered list's
+# numbers) and a list of them ("loops 3 and 5", "loops 1, 2 and 3"), "figure-8",
+_LABEL_BEFORE = re.compile(
+    r"(?:(?<!\bof\s)\b(?:loops?|strands?|curves?|steps?)[ \t]+#?|\b(?:loops?|strands?|curves?)[ \t]*#|\bloop-)$",
+    re.IGNORECASE)
+_RANGE_LABEL_BEFORE = re.compile(r"\b(?:labell?ed|numbered|marked)[ \t]+$", re.IGNORECASE)
+_RANGE_AFTER = re.compile(r"[ \t]*(?:-|–|—|to|through)[ \t]*[0-9]", re.IGNORECASE)
+_LABELS_JOINED = re.compile(r"[ \t]*(?:,[ \t]*(?:and[ \t]+)?|and|&|-|–|—|to|through|or)[ \t]*", re.IGNORECASE)
+_LIST_ITEM = re.compile(r"^[ \t>*_#-]*(?P<item>[0-9]+)[.)][ \t]+\S", re.MULTILINE)
+_FIGURE_BEFORE = re.compile(r"\bfigure[ \t-]?$", re.IGNORECASE)
+# numbers the reply sets aside, and a list of them ("missed 1 or 2", "Confidence: 8/10"),
+_SET_ASIDE_BEFORE = re.compile(
+    r"\b(?:not|rather\s+than|instead\s+of|off\s+by|missed|confidence(?:\s+level)?[\s*_]*[:=]"
+    r"|(?:initially|originally|previously|at\s+first)\s+(?:I\s+)?(?:thought|counted|guessed|said|saw|got|estimated)"
+    r"|(?:earlier|previous|initial|first|original)\s+(?:count|answer|estimate|guess)\s+(?:of|was)"
+    r"|\b[xy][0-9]?[ \t]*[=:])"  # coordinates
+    r"[\s*_:]*$",
     re.IGNORECASE,
 )
-# Softer second candidates, "7, possibly 8", "7 loops (maybe 8)", "7, though it could be 8",
-# hedge only when the second number ends the thought: "7 (possibly 2 are hidden)" does not.
-_MAYBE_GAP = re.compile(
-    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:(?:but|though|although|or)\s+)?"
-    r"(?:maybe|possibly|perhaps|(?:it\s+)?(?:could|might)\s+(?:also\s+)?be)[ \t*_()$]*",
-    re.IGNORECASE,
-)
-_ENDS_AFTER = re.compile(r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?\b|[)\].,;:!?\n]|$)", re.IGNORECASE)
-_AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
-_BETWEEN_BEFORE = re.compile(r"\bbetween[\s*_]*$", re.IGNORECASE)
-# A bound is not a count: "at least 7", "more than 6", ">6", "7+", "7 or more".
-# Only a free-standing "<"/">" is one: not a tag ("<answer>7"), an arrow
-# ("-> 7") or a markdown quote ("> 7" opening a line).
-_BOUND_BEFORE = re.compile(
-    r"(?:\bat\s+least|\bat\s+most|\bmore\s+than|\bless\s+than|\bfewer\s+than|(?<=[ \t:(])[<>]=?|[≤≥])[\s*_]*$",
-    re.IGNORECASE,
-)
-_BOUND_AFTER = re.compile(
-    r"[\s*_]*(?:\+(?!\s*[0-9])|or\s+(?:more|fewer|less|greater|higher|above))",
-    re.IGNORECASE,
-)
+_SET_ASIDE_JOINED = re.compile(r"[ \t]*(?:or|/|to|-|–)[ \t]*", re.IGNORECASE)
+# the parts of a sum ("4 + 3 = 7" keeps the 7; "6 + 1 hidden" keeps nothing; a
+# sum's parts sit within a few words of its result, so the search for one stops there),
+_SUM_PART_AFTER = re.compile(r"[^\n=+→]{0,20}?\+[ \t]*[0-9a-z(]", re.IGNORECASE)
+_SUM_PART_BEFORE = re.compile(r"\+[^\n=+→]{0,20}$")
+_SUM_RESULT = re.compile(r"=|→|->")
+_SUM_REACH = 80
+_ADDEND_AFTER = re.compile(r"[ \t]*\+[ \t]*[0-9]")
+_ADDEND_BEFORE = re.compile(r"[0-9][ \t]*\+[ \t]*$")
+# and sizes, shapes and ratios ("an 8-shaped one", "three-way", "512 × 512", "green ×3", "4 out of 5").
+_COMPOUND_AFTER = re.compile(r"-(?!loops?\b)[a-z]", re.IGNORECASE)
+_DIMENSION_AFTER = re.compile(r"[ \t]*[×x][ \t]*[0-9]")
+_DIMENSION_BEFORE = re.compile(r"(?:[0-9][ \t]*[×x]|×)[ \t]*$")
+_RATIO_AFTER = re.compile(r"[ \t]+out[ \t]+of[ \t]+[0-9]", re.IGNORECASE)
+_RATIO_BEFORE = re.compile(r"[0-9][ \t]+out[ \t]+of[ \t]+$", re.IGNORECASE)
 
-# Final-answer markers. The keyword form accepts "Answer: 7", "answer is 7",
-# "**Answer:** 7", "Final answer = 7", '"answer": 7' in JSON; plain "answer"
-# with no ":", "=" or verb ("to answer this, I ...") is not a marker.
+# The role of a number that can be the count. A count of loops: "7 loops",
+# "7 distinct closed loops" (not "12 crossings between the loops").
+_LOOPS_AFTER = re.compile(
+    r"[ \t*_]+(?:(?!(?:of|between|in|on|at|from|with|across|among|per|for|by|and|or|are|is|were|was)\b)[a-z-]+[ \t]+){0,3}"
+    r"(?:loops?|rings?|curves?)\b",
+    re.IGNORECASE,
+)
+# A detail: a number naming something other than the loops counted ("2 of
+# them", "3 red", "4 are large", "12 crossings", "one for each") ...
+_OTHER_THING_AFTER = re.compile(
+    r"[ \t*_]*(?:[a-z-]+[ \t]+){0,2}?"
+    r"(?:of(?![ \t]+(?:them|these|those)[ \t*_]*(?:[.!?\n]|$))|for|each|apiece|times"
+    r"|crossings?|intersections?|junctions?|points?|places?|regions?|areas?|faces?|parts?|pieces?|segments?"
+    r"|overlaps?|layers?|degrees?|pixels?|px|colou?rs?|clusters?|groups?|others?"
+    r"|large|larger|small|smaller|big|bigger|tiny|medium|outer|inner"
+    r"|red|blue|green|yellow|orange|purple|pink|black|white|brown|gr[ae]y|teal|cyan|magenta|gold)\b",
+    re.IGNORECASE,
+)
+# ... what a tally of something else comes to ("Crossings: 12", "the number of crossings is 14"),
+_OTHER_TALLY_BEFORE = re.compile(
+    r"\b(?:crossings?|intersections?|junctions?|points?|regions?|overlaps?)\b[^.\n]{0,20}?(?:\bis|\bare|\bwas|[:=])"
+    r"[\s*_]*$",
+    re.IGNORECASE,
+)
+# ... or a number in brackets or in a table row ("7 loops (4 large, 3 small)").
+# A claim: a count stated as a total ("7 in total", "making 7", "= 7", "7 loops:
+# 2 red, ...") or asserted ("There are 7", "I count 7", "the image contains 7"),
+# as against one that describes ("2 loops are nested", "3 are visible").
+_TOTAL_AFTER = re.compile(
+    r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]+)?(?:in[ \t]+total|in[ \t]+all|altogether|overall|total)\b"
+    r"|[ \t*_]*(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]*:",
+    re.IGNORECASE)
+_TOTAL_BEFORE = re.compile(
+    r"(?:\b(?:making|makes|giving|gives|so|totals?|totall?ing|equals?|i\.e\.|that\s+is|that'?s)|=|→|->)[ \t*_:,]*$",
+    re.IGNORECASE)
+_ASSERTED_BEFORE = re.compile(
+    r"(?:\bthere\s+(?:are|is|were)|\bthere're|\bI\s+(?:can\s+)?(?:count(?:ed)?|see|saw|find|found|identif(?:y|ied)"
+    r"|detect(?:ed)?|observed?|traced?)|\b(?:contains?|shows?|depicts?|out\s+of\s+the)"
+    r"|\b(?:image|picture|tangle|drawing)\s+(?:has|holds))"
+    r"[ \t]+(?:(?:exactly|only|just|about|approximately|roughly|around|precisely|a\s+total\s+of)[ \t]+)?[*_]*$",
+    re.IGNORECASE)
+_BEFORE_CHARS = 40  # how far back the tables above look
+
+
+class _Number(NamedTuple):
+    start: int
+    end: int
+    value: float  # float so that "7.5" and "-3" survive until they are judged
+    names_other_thing: bool  # "2 of them", "3 red": a detail
+    bracketed: bool  # in brackets or a table row: a detail
+    total: bool  # stated as a total
+    asserted: bool  # asserted rather than described
+
+    @property
+    def primary(self) -> bool:
+        """Not a detail: the count, unless the reply holds nothing else."""
+        return not (self.names_other_thing or self.bracketed)
+
+    @property
+    def claimed(self) -> bool:
+        return self.primary and (self.total or self.asserted)
+
+
+def _is_pronoun_one(text, start, end, before):
+    """Whether the "one" at text[start:end] stands for a thing rather than a count."""
+    if _COUNT_ONE_AFTER.match(text, end):
+        return False
+    return bool(_PRONOUN_ONE_AFTER.match(text, end) or _PRONOUN_ONE_BEFORE.search(before))
+
+
+def _is_sum_part(text, m, before):
+    reach = text.find("\n", m.end(), m.end() + _SUM_REACH)
+    has_result = _SUM_RESULT.search(text, m.end(), reach if reach >= 0 else m.end() + _SUM_REACH)
+    return bool((has_result and (_SUM_PART_AFTER.match(text, m.end()) or _SUM_PART_BEFORE.search(before)))
+                or _ADDEND_AFTER.match(text, m.end()) or _ADDEND_BEFORE.search(before))
+
+
+def _exclusion(text, m, before, list_items):
+    """Why the number m is never the count ("label", "figure", "aside", "sum" or "size"), or None."""
+    if m.start() in list_items or _LABEL_BEFORE.search(before) or (
+            _RANGE_LABEL_BEFORE.search(before) and _RANGE_AFTER.match(text, m.end())):
+        return "label"
+    if _FIGURE_BEFORE.search(before):
+        return "figure"
+    if _SET_ASIDE_BEFORE.search(before):
+        return "aside"
+    if _is_sum_part(text, m, before):
+        return "sum"
+    if (_COMPOUND_AFTER.match(text, m.end()) or _DIMENSION_AFTER.match(text, m.end()) or _DIMENSION_BEFORE.search(before)
+            or _RATIO_AFTER.match(text, m.end()) or _RATIO_BEFORE.search(before)):
+        return "size"
+    return None
+
+
+def _bracket_spans(text):
+    """(start, end) of every stretch of text inside round brackets. A bracket left open closes at
+    the end of its sentence or line, and a smiley's ":(" opens none."""
+    spans, depth, opened = [], 0, 0
+    for m in re.finditer(r"(?<![:;])\(|\)|\n|[.!?](?=\s)", text):
+        if m.group() == "(":
+            opened = m.start() if depth == 0 else opened
+            depth += 1
+        elif depth and (m.group() != ")" or depth == 1):
+            spans.append((opened, m.start()))
+            depth = 0
+        elif depth:
+            depth -= 1
+    if depth:
+        spans.append((opened, len(text)))
+    return spans
+
+
+def _find_numbers(text):
+    """The numbers of text that can be the count, in order, each with its role."""
+    items = [m.start("item") for m in _LIST_ITEM.finditer(text)]
+    list_items = set(items) if len(items) >= 2 else set()  # one "7. The loops ..." line is an answer, not a list
+    spans = _bracket_spans(text)
+    span_starts = [start for start, _ in spans]
+    newlines = [-1] + [m.start() for m in re.finditer("\n", text)]
+    numbers, excluded = [], None  # excluded: (kind, end) of the number just before, if it was a label or set aside
+    for m in _NUMBER_RE.finditer(text):
+        before = text[max(0, m.start() - _BEFORE_CHARS):m.start()]
+        counts_loops = bool(_LOOPS_AFTER.match(text, m.end()) or _TOTAL_AFTER.match(text, m.end()))
+        if excluded and not counts_loops and (
+                _LABELS_JOINED if excluded[0] == "label" else _SET_ASIDE_JOINED).fullmatch(text, excluded[1], m.start()):
+            kind = excluded[0]  # "loops 1, 2 and 3", "missed 1 or 2"
+        else:
+            kind = _exclusion(text, m, before, list_items)
+        excluded = (kind, m.end()) if kind in ("label", "aside") else None
+        if kind is not None or _PERCENT_AFTER.match(text, m.end()):
+            continue
+        if m.group("digits"):
+            value = float(m.group("digits"))
+            # A minus glued to the digits and not to a word before it is a sign;
+            # in "7-8" or "Loop-7" it is a dash.
+            sign_at = m.start() - 1
+            if sign_at >= 0 and text[sign_at] in "-−" and (sign_at == 0 or not text[sign_at - 1].isalnum()):
+                value = -value
+        else:
+            word = m.group("word").lower()
+            if word == "one" and _is_pronoun_one(text, m.start(), m.end(), before):
+                continue
+            head, _, unit = word.replace("-", " ").partition(" ")
+            value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
+        other_thing = not counts_loops and bool(
+            _OTHER_THING_AFTER.match(text, m.end()) or _OTHER_TALLY_BEFORE.search(before))
+        span = bisect.bisect_right(span_starts, m.start()) - 1
+        line_start = newlines[bisect.bisect_left(newlines, m.start()) - 1] + 1
+        bracketed = (span >= 0 and m.start() < spans[span][1]) or text.startswith("|", line_start)
+        total = bool(_TOTAL_AFTER.match(text, m.end()) or _TOTAL_BEFORE.search(before[-20:]))
+        numbers.append(_Number(m.start(), m.end(), value, other_thing, bracketed, total,
+                               bool(_ASSERTED_BEFORE.search(before))))
+    return numbers
+
+
+# --- final-answer markers
+
+# The keyword form accepts "Answer: 7", "answer is 7", "**Answer:** 7", "Final
+# answer = 7", '"answer": 7' in JSON; plain "answer" with no ":", "=" or verb
+# ("to answer this, I ...") is not a marker.
 _KEYWORD_MARKER = re.compile(
     r"\banswer\b[\s*_\"']*(?:(?:is|would\s+be|will\s+be|should\s+be)\b[\s*_]*:?|[:=])",
     re.IGNORECASE,
 )
 # A tally stated as such marks the count too, if a count follows on the same
 # line: "Total: 7", "the total is 7", "a total of 7", "Final count: 7",
-# "Number of loops: 7", "Loops: 7" opening a line, '"count": 7' in JSON.
-# "a total of 14 crossings" names no count and marks nothing.
+# "Number of loops: 7", "Loops: 7" or "Count: 7" opening a line, '"count": 7'
+# in JSON. "a total of 14 crossings" names no count and marks nothing.
 _TALLY_MARKER = re.compile(
     r"(?:^[ \t>*_#-]*|\b(?:the|a|my|grand|loops?)[ \t]+|[\"'])total\b[\s*_\"']*(?:(?:is|of)\b|[:=])"
     r"|\b(?:final|total|loop)\s+count\b[\s*_]*(?:is\b|[:=])"
-    r"|\bnumber[\s_]+of[\s_]+(?:(?:distinct|closed|separate|individual|unique|tangled)[\s_]+){0,2}loops\b[\s*_]*(?:is\b|[:=])"
+    r"|\bnumber[\s_]+of[\s_]+(?:(?:distinct|closed|separate|individual|unique|tangled)[\s_]+){0,2}loops\b[\s*_]*"
+    r"(?:is\b|[:=])"
     r"|[\"'](?:count|num_loops|loops|total)[\"']\s*:(?=\s*[\"']?[0-9])"
     r"|^[ \t>*_#-]*(?:(?:total|loop|final)\s+)?(?:loops|count)[\s*_]*:",
     re.IGNORECASE | re.MULTILINE,
@@ -1872,232 +2065,14 @@ _TRAILING_BOLD = re.compile(
     re.IGNORECASE,
 )
 # After a keyword marker the answer is in the same sentence or line; the next
-# sentence is explanation ("Answer: 7. Loop 1 starts ...").
+# sentence is explanation ("Answer: 7. Loop 1 starts ..."). A tally's count is on its own line.
 _CLAUSE_LEAD = re.compile(r"[\s*_#>`]*")
 _SAME_LINE_LEAD = re.compile(r"[ \t*_#>`]*")
 _CLAUSE_END = re.compile(r"\n|[.!?;](?=\s|$)")
-# Reasoning models put a draft before "</think>" (Kimi: "◁/think▷"); only what
-# follows is the reply. A draft opened and never closed was cut short: no reply.
-_THINK_END = re.compile(r"</think(?:ing)?>|◁/think▷", re.IGNORECASE)
-_THINK_START = re.compile(r"<think(?:ing)?>|◁think▷", re.IGNORECASE)
-# A reply that corrects itself ("Wait, let me recount", "on closer inspection", "Actually,
-# there are ...") means what follows the last correction, if that holds a count.
-_CORRECTION = re.compile(
-    r"\b(?:wait|on\s+(?:closer|second)\s+(?:inspection|look|thought)|let\s+me\s+(?:re-?count|re-?check|double[- ]check)"
-    r"|re-?counting|correct(?:ion|ing)|I\s+(?:miscounted|was\s+wrong|made\s+a\s+mistake)|no(?=[,.!]\s))\b"
-    r"|\bactually,?(?=\s+(?:there\s+(?:are|is)|it'?s|it\s+is|I\s+count|the\s+(?:answer|count|total)\s+is))",
-    re.IGNORECASE,
-)
-_FULL_WIDTH_DIGITS = str.maketrans("０１２３４５６７８９", "0123456789")
-# Markup such as Molmo's <points x1="12.5" ...> holds coordinates, not counts (<answer> is a marker).
-_DATE = re.compile(r"\b[0-9]{1,4}([/.-])[0-9]{1,2}\1[0-9]{1,4}\b")  # "12/05/2024", "2024-05-12"
-_MARKUP_TAG = re.compile(r"<(?!/?answer\b)[a-z/][^<>]*>", re.IGNORECASE)
-# LaTeX text wrappers hide connectors: "\boxed{7 \text{ or } 8}" hedges like "7 or 8".
-_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf)\s*\{([^{}]*)\}")
-
-# Where a number stands says whether it can be the count. Left out entirely:
-# labels ("Loop 2", "loop #3", "Step 1", "figure-8", "labelled 1-7", the
-# numbers of a numbered list), numbers the reply sets aside ("not 8",
-# "initially thought 6", "off by 1", "missed 1 or 2", "Confidence: 8/10") and
-# the parts of a sum ("4 + 3 = 7" keeps only the 7). A list of labels
-# ("loops 3 and 5", "loops 1, 2 and 3") or of set-aside numbers ("1 or 2")
-# is left out whole.
-_LABEL_BEFORE = re.compile(
-    r"(?:(?<!\bof\s)\b(?:loops?|strands?|curves?|steps?)[ \t]+#?|\b(?:loops?|strands?|curves?)[ \t]*#|\bloop-)$",
-    re.IGNORECASE)
-_FIGURE_BEFORE = re.compile(r"\bfigure[ \t-]?$", re.IGNORECASE)
-_RANGE_LABEL_BEFORE = re.compile(r"\b(?:labell?ed|numbered|marked)[ \t]+$", re.IGNORECASE)
-_RANGE_AFTER = re.compile(r"[ \t]*(?:-|–|—|to|through)[ \t]*[0-9]", re.IGNORECASE)
-_LABELS_JOINED = re.compile(r"[ \t]*(?:,[ \t]*(?:and[ \t]+)?|and|&|-|–|—|to|through|or)[ \t]*", re.IGNORECASE)
-_SET_ASIDE_BEFORE = re.compile(
-    r"\b(?:not|rather\s+than|instead\s+of|off\s+by|missed|confidence(?:\s+level)?[\s*_]*[:=]"
-    r"|(?:initially|originally|previously|at\s+first)\s+(?:I\s+)?(?:thought|counted|guessed|said|saw|got|estimated)"
-    r"|(?:earlier|previous|initial|first|original)\s+(?:count|answer|estimate|guess)\s+(?:of|was)"
-    r"|\b[xy][0-9]?[ \t]*[=:])"
-    r"[\s*_:]*$",
-    re.IGNORECASE,
-)
-_SET_ASIDE_JOINED = re.compile(r"[ \t]*(?:or|/|to|-|–)[ \t]*", re.IGNORECASE)
-_SUM_PART_AFTER = re.compile(r"[^\n=+→]{0,20}?\+[ \t]*[0-9a-z(]", re.IGNORECASE)
-_SUM_PART_BEFORE = re.compile(r"\+[^\n=+→]{0,20}$")
-_SUM_RESULT = re.compile(r"=|→|->")
-_ADDEND_AFTER = re.compile(r"[ \t]*\+[ \t]*[0-9]")  # "6 + 1 hidden": a sum even with no result
-_ADDEND_BEFORE = re.compile(r"[0-9][ \t]*\+[ \t]*$")
-_COMPOUND_AFTER = re.compile(r"-(?!loops?\b)[a-z]", re.IGNORECASE)
-_DIMENSION = re.compile(r"[ \t]*[×x][ \t]*[0-9]")
-_DIMENSION_BEFORE = re.compile(r"(?:[0-9][ \t]*[×x]|×)[ \t]*$")
-_RATIO_AFTER = re.compile(r"[ \t]+out[ \t]+of[ \t]+[0-9]", re.IGNORECASE)
-_RATIO_BEFORE = re.compile(r"[0-9][ \t]+out[ \t]+of[ \t]+$", re.IGNORECASE)
-_LIST_ITEM = re.compile(r"^[ \t>*_#-]*(?P<item>[0-9]+)[.)][ \t]+\S", re.MULTILINE)
-# A count stated as a total outranks the other counts of its clause, or of the reply:
-# "3 large loops and 4 small loops, making 7 in total".
-_TOTAL_AFTER = re.compile(
-    r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]+)?(?:in[ \t]+total|in[ \t]+all|altogether|overall|total)\b"
-    r"|[ \t*_]*(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]*:",  # "7 loops: 2 red, 2 blue, 3 green"
-    re.IGNORECASE)
-_TOTAL_BEFORE = re.compile(
-    r"(?:\b(?:making|makes|giving|gives|so|totals?|totall?ing|equals?|i\.e\.|that\s+is|that'?s)|=|→|->)[ \t*_:,]*$",
-    re.IGNORECASE)
-# ... and a count the reply asserts ("There are 7 loops", "I count 7", "the image contains 7")
-# outranks numbers that only describe them ("2 loops are nested", "3 are visible").
-_ASSERTED_BEFORE = re.compile(
-    r"(?:\bthere\s+(?:are|is|were)|\bthere're|\bI\s+(?:can\s+)?(?:count(?:ed)?|see|saw|find|found|identif(?:y|ied)"
-    r"|detect(?:ed)?|observed?|trace[d]?)|\b(?:contains?|has|have|shows?|depicts?|out\s+of\s+the|of\s+the))"
-    r"[ \t]+(?:(?:exactly|only|just|about|approximately|roughly|around|precisely|a\s+total\s+of)[ \t]+)?[*_]*$",
-    re.IGNORECASE)
-# A count of loops: "7 loops", "7 distinct closed loops" (not "12 crossings between the loops").
-_LOOPS_AFTER = re.compile(
-    r"[ \t*_]+(?:(?!(?:of|between|in|on|at|from|with|across|among|per|for|by|and|or|are|is|were|was)\b)[a-z-]+[ \t]+){0,3}"
-    r"(?:loops?|rings?|curves?)\b",
-    re.IGNORECASE,
-)
-# A number that names something other than the loops counted ("2 of them",
-# "3 red", "4 are large", "12 crossings", "one for each", "three-way") gives
-# way to any other count in the reply.
-_OTHER_THING_AFTER = re.compile(
-    r"[ \t*_]*(?:-[ \t]*)?(?:[a-z]+[ \t]+){0,2}?"
-    r"(?:of(?![ \t]+(?:them|these|those)[ \t*_]*(?:[.!?\n]|$))|for|each|apiece|way|times|crossings?|intersections?|junctions?|points?|places?|regions?|areas?|faces?"
-    r"|parts?|pieces?|segments?|overlaps?|layers?|degrees?|pixels?|px|large|larger|small|smaller|big|bigger|tiny"
-    r"|outer|inner|medium|red|blue|green|yellow|orange|purple|pink|black|white|brown|gr[ae]y|teal|cyan|magenta|gold"
-    r"|colou?rs?|clusters?|groups?|others?)\b",
-    re.IGNORECASE,
-)
-# ... or is what a tally of something else comes to: "Crossings: 12", "the number of crossings is 14".
-_OTHER_TALLY_BEFORE = re.compile(
-    r"\b(?:crossings?|intersections?|junctions?|points?|regions?|overlaps?)\b[^.\n]{0,20}?(?:\bis|\bare|\bwas|[:=])[\s*_]*$",
-    re.IGNORECASE,
-)
-
-
-class _Number(NamedTuple):
-    start: int
-    end: int
-    value: float  # float so that "7.5" and "-3" survive until they are judged
-    names_other_thing: bool  # "2 of them", "3 red": not the count, if the reply has another
-    detail: bool  # in brackets or a table row, "7 loops (4 large, 3 small)": not the count, if the reply has another
-    total: bool  # stated as a total: "7 in total", "making 7", "so 7", "= 7", "7 loops: 3 red, ..."
-    asserted: bool  # "there are 7", "I count 7": what the reply claims rather than describes
-
-    @property
-    def plain(self) -> bool:
-        return not (self.names_other_thing or self.detail)
-
-
-def _is_pronoun_one(text, start, end):
-    """Whether the "one" at text[start:end] stands for a thing rather than a count."""
-    if _PRONOUN_ONE_AFTER.match(text, end):
-        return True
-    if _COUNT_ONE_AFTER.match(text, end):
-        return False
-    return bool(_PRONOUN_ONE_BEFORE.search(text[max(0, start - 40):start]))
-
-
-def _left_out(text, m, list_items, chain):
-    """Why the number m is no candidate ("label" or "aside"), given the kind of the left-out number
-    just before it if only a list joiner separates the two; None if it is one."""
-    before = text[max(0, m.start() - 40):m.start()]
-    if chain is not None:
-        kind, end = chain
-        joiner = _LABELS_JOINED if kind == "label" else _SET_ASIDE_JOINED
-        if joiner.fullmatch(text, end, m.start()):
-            return kind
-    if m.start() in list_items or _LABEL_BEFORE.search(before) or (
-            _RANGE_LABEL_BEFORE.search(before) and _RANGE_AFTER.match(text, m.end())):
-        return "label"
-    if _FIGURE_BEFORE.search(before):
-        return "figure"  # "figure-8" starts no list
-    if _SET_ASIDE_BEFORE.search(before):
-        return "aside"
-    # A sum's parts sit within a few words of its result; looking no further keeps long lines linear.
-    window_end = text.find("\n", m.end(), m.end() + 80)
-    if (_SUM_RESULT.search(text, m.end(), window_end if window_end >= 0 else m.end() + 80) and (
-            _SUM_PART_AFTER.match(text, m.end()) or _SUM_PART_BEFORE.search(before))) or (
-            _ADDEND_AFTER.match(text, m.end()) or _ADDEND_BEFORE.search(before)):
-        return "sum"
-    if (_COMPOUND_AFTER.match(text, m.end()) or _DIMENSION.match(text, m.end()) or _DIMENSION_BEFORE.search(before)
-            or _RATIO_AFTER.match(text, m.end()) or _RATIO_BEFORE.search(before)):
-        return "size"  # "an 8-shaped one", "512 × 512 pixels", "green ×3", "4 out of 5"
-    return None
-
-
-def _find_numbers(text):
-    """All candidate numbers in `text`, in order; pronoun "one"s, percentages, labels,
-    parts of sums and numbers the reply sets aside are left out."""
-    items = [m.start("item") for m in _LIST_ITEM.finditer(text)]
-    list_items = set(items) if len(items) >= 2 else set()  # one "7. The loops ..." line is an answer, not a list
-    depth = list(itertools.accumulate((c == "(") - (c == ")") for c in text))
-    newlines = [-1] + [m.start() for m in re.finditer("\n", text)]
-    numbers, chain = [], None
-    for m in _NUMBER_RE.finditer(text):
-        kind = _left_out(text, m, list_items, chain)
-        chain = (kind, m.end()) if kind in ("label", "aside") else None
-        if kind is not None:
-            continue
-        if _PERCENT_AFTER.match(text, m.end()):
-            continue
-        if m.group("digits"):
-            value = float(m.group("digits"))
-            # A minus glued to the digits and not to a word before it is a sign;
-            # in "7-8" or "Loop-7" it is a dash.
-            sign_at = m.start() - 1
-            if sign_at >= 0 and text[sign_at] in "-−" and (sign_at == 0 or not text[sign_at - 1].isalnum()):
-                value = -value
-        else:
-            word = m.group("word").lower()
-            if word == "one" and _is_pronoun_one(text, m.start(), m.end()):
-                continue
-            head, _, unit = word.replace("-", " ").partition(" ")
-            value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
-        other_thing = not _LOOPS_AFTER.match(text, m.end()) and bool(
-            _OTHER_THING_AFTER.match(text, m.end()) or _OTHER_TALLY_BEFORE.search(text[max(0, m.start() - 40):m.start()]))
-        line_start = newlines[bisect.bisect_left(newlines, m.start()) - 1] + 1
-        detail = depth[m.start()] > 0 or text.startswith("|", line_start)
-        total = bool(_TOTAL_AFTER.match(text, m.end()) or _TOTAL_BEFORE.search(text[max(0, m.start() - 20):m.start()]))
-        asserted = bool(_ASSERTED_BEFORE.search(text[max(0, m.start() - 40):m.start()]))
-        numbers.append(_Number(m.start(), m.end(), value, other_thing, detail, total, asserted))
-    return numbers
-
-
-def _claimed(number):
-    return number.plain and (number.total or number.asserted)
-
-
-def _pick(numbers, indices, last):
-    """The first of numbers[indices] (inside a marker's clause) that is plain and stated as a
-    total, or failing that plain and asserted; or the last (in the whole reply) that is either.
-    Failing that, the first (last) plain one; then one that names no other thing; then any."""
-    order = list(reversed(indices)) if last else list(indices)
-    claims = [_claimed] if last else [lambda n: n.plain and n.total, lambda n: n.plain and n.asserted]
-    for good in (*claims, lambda n: n.plain, lambda n: not n.names_other_thing):
-        found = next((i for i in order if good(numbers[i])), None)
-        if found is not None:
-            return found
-    return order[0]
-
-
-def _committed_value(text, numbers, i):
-    """The count that `numbers[i]` commits to, or None when it is hedged, a bound or not a count."""
-    chosen = numbers[i]
-    if not math.isfinite(chosen.value) or chosen.value < 0 or chosen.value != int(chosen.value):
-        return None  # a digit run of 309 or more (a model stuck repeating) is no count either
-    if _BOUND_BEFORE.search(text[max(0, chosen.start - 30):chosen.start]) or _BOUND_AFTER.match(text, chosen.end):
-        return None
-    for left, right in ((i - 1, i), (i, i + 1)):
-        if left < 0 or right >= len(numbers):
-            continue
-        a, b = numbers[left], numbers[right]
-        if a.value == b.value or a.names_other_thing or b.names_other_thing:
-            continue  # "7 (seven)" or "7/7" names one number twice; "7 loops - 3 big" names a part
-        gap = text[a.end:b.start]
-        if _ALTERNATIVE_GAP.fullmatch(gap) or (_MAYBE_GAP.fullmatch(gap) and _ENDS_AFTER.match(text, b.end)):
-            return None
-        if _AND_GAP.fullmatch(gap) and _BETWEEN_BEFORE.search(text[max(0, a.start - 20):a.start]):
-            return None
-    return int(chosen.value)
 
 
 def _closing_braces(text):
-    """For each "{" in text, by position, the position of the "}" that closes it (len(text) if none)."""
+    """For each "{" in text, by position, the position of the "}" that closes it (absent if none)."""
     closing, opened = {}, []
     for m in re.finditer(r"[{}]", text):
         if m.group() == "{":
@@ -2129,6 +2104,105 @@ def _marker_clauses(text):
     return sorted(clauses)
 
 
+# --- choosing the count and checking the reply commits to it
+
+def _first_in_clause(numbers, indices):
+    """The count a marker's clause gives: the first primary number stated as a total, or failing
+    that asserted, or failing that the first primary one; then the first naming no other thing; then the first."""
+    for good in (lambda n: n.primary and n.total, lambda n: n.primary and n.asserted, lambda n: n.primary,
+                 lambda n: not n.names_other_thing):
+        found = next((i for i in indices if good(numbers[i])), None)
+        if found is not None:
+            return found
+    return indices[0]
+
+
+def _last_in_reply(numbers, indices):
+    """The count an unmarked reply gives: its last claimed number, or failing that its last primary
+    one; then the last naming no other thing; then the last."""
+    for good in (lambda n: n.claimed, lambda n: n.primary, lambda n: not n.names_other_thing):
+        found = next((i for i in reversed(indices) if good(numbers[i])), None)
+        if found is not None:
+            return found
+    return indices[-1]
+
+
+# Gaps between two different numbers that make a reply name two candidates:
+# "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7, give or take 1", "7 (or possibly 8)",
+# "**7** or **8**", "7 loops or 8", "7 oder 8".
+_ALTERNATIVE_GAP = re.compile(
+    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*"
+    r"(?:or|to|-|–|—|~|/|±|\+/-|give\s+or\s+take|o|ou|oder|或|到|至)[ \t*_()$]*"
+    r"(?:(?:maybe|possibly|perhaps|probably)\s*)?",
+    re.IGNORECASE,
+)
+# Softer second candidates, "7, possibly 8", "7 loops (maybe 8)", "7, though it could be 8",
+# hedge only when the second number ends the thought: "7 (possibly 2 are hidden)" does not.
+_MAYBE_GAP = re.compile(
+    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:(?:but|though|although|or)\s+)?"
+    r"(?:maybe|possibly|perhaps|(?:it\s+)?(?:could|might)\s+(?:also\s+)?be)[ \t*_()$]*",
+    re.IGNORECASE,
+)
+_ENDS_AFTER = re.compile(r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]*)?(?:[)\].,;:!?\n]|$)", re.IGNORECASE)
+_AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
+_BETWEEN_BEFORE = re.compile(r"\bbetween[\s*_]*$", re.IGNORECASE)
+# A bound is not a count: "at least 7", "more than 6", "there are >6", "7+", "7 or more".
+# Only a free-standing "<"/">" is one: not a tag ("<answer>7"), an arrow
+# ("-> 7") or a markdown quote ("> 7" opening a line).
+_BOUND_BEFORE = re.compile(
+    r"(?:\bat\s+least|\bat\s+most|\bmore\s+than|\bless\s+than|\bfewer\s+than|(?<=[ \t:(])[<>]=?|[≤≥])[\s*_]*$",
+    re.IGNORECASE,
+)
+_BOUND_AFTER = re.compile(
+    r"[\s*_]*(?:\+(?!\s*[0-9])|or\s+(?:more|fewer|less|greater|higher|above))",
+    re.IGNORECASE,
+)
+
+
+def _committed_value(text, numbers, i):
+    """The count that `numbers[i]` commits to, or None when it is hedged, a bound or not a count."""
+    chosen = numbers[i]
+    if not math.isfinite(chosen.value) or chosen.value < 0 or chosen.value != int(chosen.value):
+        return None  # a digit run of 309 or more (a model stuck repeating) is no count either
+    if _BOUND_BEFORE.search(text[max(0, chosen.start - 30):chosen.start]) or _BOUND_AFTER.match(text, chosen.end):
+        return None
+    for left, right in ((i - 1, i), (i, i + 1)):
+        if left < 0 or right >= len(numbers):
+            continue
+        a, b = numbers[left], numbers[right]
+        if a.value == b.value or a.names_other_thing or b.names_other_thing:
+            continue  # "7 (seven)" or "7/7" names one number twice; "7 loops - 3 big" names a part
+        gap = text[a.end:b.start]
+        if _ALTERNATIVE_GAP.fullmatch(gap) or (_MAYBE_GAP.fullmatch(gap) and _ENDS_AFTER.match(text, b.end)):
+            return None
+        if _AND_GAP.fullmatch(gap) and _BETWEEN_BEFORE.search(text[max(0, a.start - 20):a.start]):
+            return None
+    return int(chosen.value)
+
+
+def _read_count(text, numbers, clauses, begin):
+    """The count text commits to from position begin on (see extract_answer), and whether a marker
+    or a primary number gave it (False: no such count there)."""
+    first = bisect.bisect_left([number.start for number in numbers], begin)
+    pools = {False: list(range(first, len(numbers)))}  # a tally marks only a primary count: not "14 crossings"
+    pools[True] = [i for i in pools[False] if numbers[i].primary]
+    pool_starts = {tally: [numbers[i].start for i in pool] for tally, pool in pools.items()}
+    last_claim = max((numbers[i].start for i in pools[True] if numbers[i].claimed), default=-1)
+    for marker_start, start, end, tally in reversed(clauses):
+        if marker_start < begin:
+            break
+        if tally and last_claim > end:
+            continue  # a running total ("so the total is 5") gives way to a later "That gives 7 loops"
+        window = slice(bisect.bisect_left(pool_starts[tally], start), bisect.bisect_left(pool_starts[tally], end))
+        inside = [i for i in pools[tally][window] if numbers[i].end <= end]
+        if inside:
+            return _committed_value(text, numbers, _first_in_clause(numbers, inside)), True
+    if not pools[False]:
+        return None, False
+    chosen = _last_in_reply(numbers, pools[False])
+    return _committed_value(text, numbers, chosen), numbers[chosen].primary
+
+
 def extract_answer(response: str) -> "int | None":
     """The non-negative integer a model's reply commits to, or None.
 
@@ -2139,7 +2213,8 @@ def extract_answer(response: str) -> "int | None":
          markup tags (Molmo's <points ...>) and dates are dropped. If the reply
          corrects itself ("Wait", "let me recount", "on closer inspection",
          "Actually, there are", "no, 7"), what follows the last correction is
-         read first, and the whole reply only if that holds no clear count.
+         read first, and the whole reply only if no marker or primary count
+         (see below) follows it.
       1. Final-answer markers: "\\boxed{7}", "<answer>7</answer>",
          "answer: 7" / "answer is 7" / "answer = 7" (any case, markdown allowed:
          "**Answer:** 7", "Final answer: **7**"; JSON: '"answer": 7'). The
@@ -2168,8 +2243,9 @@ def extract_answer(response: str) -> "int | None":
     parts of a sum ("4 + 3 = 7", "6 + 1") and sizes or ratios ("8-shaped",
     "512 × 512", "×3", "4 out of 5") are left out. A count naming something
     else ("2 of them", "3 red", "4 are large", "12 crossings", "Crossings:
-    12") or standing in brackets or a table row is a detail, chosen only
-    when no other count is there: "There are 7 loops, 2 of them small." gives 7.
+    12") or standing in brackets or a table row is a detail; the others
+    are primary, and a detail is chosen only when no primary count is
+    there: "There are 7 loops, 2 of them small." gives 7.
     The count chosen gives None, without falling back to an earlier one,
     when it is:
       - one of two different counts joined by or / to / - / – / ~ / "/" / ±
@@ -2197,29 +2273,13 @@ def extract_answer(response: str) -> "int | None":
         return None
     text = _LATEX_TEXT.sub(r"\1", reply.translate(_FULL_WIDTH_DIGITS))
     text = _DATE.sub(" ", _MARKUP_TAG.sub(" ", text))
+    numbers, clauses = _find_numbers(text), _marker_clauses(text)
     corrections = [m.end() for m in _CORRECTION.finditer(text)]
     if corrections:
-        value, found = _read_count(text[corrections[-1]:])
+        value, found = _read_count(text, numbers, clauses, corrections[-1])
         if found:
             return value
-    return _read_count(text)[0]
-
-
-def _read_count(text):
-    """The count text commits to (see extract_answer), and whether a marker or a plain count gave it."""
-    numbers = _find_numbers(text)
-    starts = [number.start for number in numbers]
-    for _, start, end, tally in reversed(_marker_clauses(text)):
-        inside = [i for i in range(bisect.bisect_left(starts, start), bisect.bisect_right(starts, end))
-                  if numbers[i].end <= end and (numbers[i].plain or not tally)]
-        if tally and any(_claimed(n) for n in numbers[bisect.bisect_right(starts, end):]):
-            break  # a running total ("so the total is 5") gives way to a later "That gives 7 loops"
-        if inside:
-            return _committed_value(text, numbers, _pick(numbers, inside, last=False)), True
-    if not numbers:
-        return None, False
-    chosen = _pick(numbers, range(len(numbers)), last=True)
-    return _committed_value(text, numbers, chosen), numbers[chosen].plain
+    return _read_count(text, numbers, clauses, 0)[0]
 
 
 def score_answer(response: str, answer: int) -> float:

@@ -228,6 +228,18 @@ CASES = [
     ("The answer is 7 after recounting, 6 + 1 hidden.", 7),
     ("Answer: 7\n\nWait, is that right? Yes.", 7),
     ("The answer is 7. Actually, 2 of them are small.", 7),
+    # --- from the code review
+    ("There are 7 loops. Loop no. 3 is the largest.", 7),  # "no." as an abbreviation is no correction
+    ("Answer: 7\n\nNote: the error-correction step was skipped for 2 loops.", 7),
+    ("Answer: 7 (correcting my count of 6)", 7),  # a correction in brackets stays a detail
+    ("I saw 6 loops at first glance :( hard image. There are 7 loops.", 7),  # a smiley opens no bracket
+    ("There are 7 loops. Two of the 3 red loops overlap.", 7),
+    ("There are 7 loops. Each loop has 2 neighbours.", 7),
+    ("The biggest is loop 3, and 7 loops in total.", 7),  # a label list stops at a count
+    ("There are 7 loops, possibly 2 loops are hidden.", 7),
+    ("There are 7 self-intersection points and 3 loops", 3),
+    ("The answer is one.", 1),
+    ("The image shows one closed curve.", 1),
     # --- sums: only the result counts
     ("The total is 4 + 3 = 7.", 7),
     ("Total: 3 + 2 + 2 = 7 loops", 7),
