@@ -1401,11 +1401,14 @@ def remove_shards_dir_if_empty(out_dir: Path) -> None:
 
 def remove_stale_images(out_dir: Path, n: int) -> None:
     """Delete another dataset's review pictures, and its images whose names the new dataset does not use."""
-    keep = {Path(image_name(i, n)).name for i in range(n)}
-    for folder, kept in ((out_dir / IMAGES_DIR, keep), (out_dir / REVIEW_DIR / "overlays", set())):
+    def named_by_new_dataset(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
+        index = int(IMAGE_NAME_RE.match(name)[1])
+        return index < n and name == Path(image_name(index, n)).name
+
+    for folder, keeps in ((out_dir / IMAGES_DIR, named_by_new_dataset), (out_dir / REVIEW_DIR / "overlays", None)):
         if folder.is_dir():
             for entry in os.scandir(folder):
-                if IMAGE_NAME_RE.match(entry.name) and entry.name not in kept:
+                if IMAGE_NAME_RE.match(entry.name) and not (keeps and keeps(entry.name)):
                     os.unlink(entry.path)
     (out_dir / REVIEW_DIR / CONTACT_SHEET_FILE).unlink(missing_ok=True)
 

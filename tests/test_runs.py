@@ -551,3 +551,16 @@ def test_a_whole_run_or_an_overwrite_leaves_no_empty_shards_folder(tmp_path, mon
     creation.generate_dataset(cfg, tmp_path / "other", workers=1, quiet=True, shard=creation.Shard(1, 2))
     creation.generate_dataset(creation.Config(n=6, seed=4), tmp_path / "other", workers=1, quiet=True, overwrite=True)
     assert not (tmp_path / "other" / "shards").exists()
+
+
+def test_overwrite_keeps_only_images_the_new_dataset_names(tmp_path):
+    images, overlays = tmp_path / "images", tmp_path / "review" / "overlays"
+    for folder in (images, overlays):
+        folder.mkdir(parents=True)
+    names = ["tangled_loops_00003.png", "tangled_loops_00007.png", "tangled_loops_000003.png", "holiday.png"]
+    for name in names:
+        (images / name).write_bytes(b"x")
+        (overlays / name).write_bytes(b"x")
+    creation.remove_stale_images(tmp_path, 5)
+    assert sorted(p.name for p in images.iterdir()) == ["holiday.png", "tangled_loops_00003.png"]
+    assert sorted(p.name for p in overlays.iterdir()) == ["holiday.png"]
