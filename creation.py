@@ -1712,6 +1712,11 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
             for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
                 path.unlink(missing_ok=True)
             remove_shards_dir_if_empty(out_dir)
+            # An interrupted shard's journal holds records the dataset now has; one whose lock is
+            # there belongs to a shard run going on now (or killed outright) and is left alone.
+            for stale in out_dir.glob(".progress-*-of-*.jsonl"):
+                if not stale.with_suffix(".lock").exists() and file_identity(stale) == identity(cfg):
+                    stale.unlink(missing_ok=True)
         else:
             (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
             header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}

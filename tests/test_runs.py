@@ -564,3 +564,15 @@ def test_overwrite_keeps_only_images_the_new_dataset_names(tmp_path):
     creation.remove_stale_images(tmp_path, 5)
     assert sorted(p.name for p in images.iterdir()) == ["holiday.png", "tangled_loops_00003.png"]
     assert sorted(p.name for p in overlays.iterdir()) == ["holiday.png"]
+
+
+def test_a_whole_run_removes_an_interrupted_shards_journal_unless_its_lock_is_held(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=6, seed=3)
+    header = json.dumps(creation.identity(cfg)) + "\n"
+    idle, busy = (creation.journal_path(tmp_path, creation.Shard(k, 3)) for k in (0, 1))
+    idle.write_text(header, encoding="utf-8")
+    busy.write_text(header, encoding="utf-8")
+    busy.with_suffix(".lock").touch()  # a shard run holds it
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert not idle.exists() and busy.exists()
