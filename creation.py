@@ -1353,7 +1353,7 @@ def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> 
         if found is None:
             if path == journal:
                 path.unlink()  # killed before its first line was written
-            elif path.name == DATA_FILE and path.exists():
+            elif path.name == DATA_FILE and path.exists() and path.stat().st_size > 0:
                 foreign.append(path)  # data.json is written whole: one that names no generator is not ours
             continue
         if found != identity(cfg):

@@ -576,3 +576,10 @@ def test_a_whole_run_removes_an_interrupted_shards_journal_unless_its_lock_is_he
     busy.with_suffix(".lock").touch()  # a shard run holds it
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert not idle.exists() and busy.exists()
+
+
+def test_an_empty_data_json_is_no_dataset_and_is_written_over(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    (tmp_path / "data.json").write_bytes(b"")  # a copy cut short, say: it holds nobody's dataset
+    creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
+    assert json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))["num_samples"] == 3
