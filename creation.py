@@ -1911,7 +1911,10 @@ _OTHER_TALLY_BEFORE = re.compile(
     r"[\s*_]*$",
     re.IGNORECASE,
 )
-# ... or a number in brackets or in a table row ("7 loops (4 large, 3 small)").
+# ... a number in brackets or in a table row ("7 loops (4 large, 3 small)"),
+# ... or a conditional one ("8 if you count the frame", "if the knot is two loops").
+_IF_AFTER = re.compile(r"[ \t*_]*(?:[a-z]+[ \t]+){0,2}if\b", re.IGNORECASE)
+_IF_BEFORE = re.compile(r"\bif\b[^.!?;,\n]*$", re.IGNORECASE)
 # A claim: a count stated as a total ("7 in total", "making 7", "= 7", "7 loops:
 # 2 red, ...") or asserted ("There are 7", "I count 7", "the image contains 7"),
 # as against one that describes ("2 loops are nested", "3 are visible").
@@ -1937,13 +1940,14 @@ class _Number(NamedTuple):
     value: float  # float so that "7.5" and "-3" survive until they are judged
     names_other_thing: bool  # "2 of them", "3 red": a detail
     bracketed: bool  # in brackets or a table row: a detail
+    conditional: bool  # "8 if ...": a detail, and no marker's answer
     total: bool  # stated as a total
     asserted: bool  # asserted rather than described
 
     @property
     def primary(self) -> bool:
         """Not a detail: the count, unless the reply holds nothing else."""
-        return not (self.names_other_thing or self.bracketed)
+        return not (self.names_other_thing or self.bracketed or self.conditional)
 
     @property
     def claimed(self) -> bool:
@@ -2037,7 +2041,8 @@ def _find_numbers(text):
         line_start = newlines[bisect.bisect_left(newlines, m.start()) - 1] + 1
         bracketed = (span >= 0 and m.start() < spans[span][1]) or text.startswith("|", line_start)
         total = bool(_TOTAL_AFTER.match(text, m.end()) or _TOTAL_BEFORE.search(before[-20:]))
-        numbers.append(_Number(m.start(), m.end(), value, other_thing, bracketed, total,
+        conditional = bool(_IF_AFTER.match(text, m.end()) or _IF_BEFORE.search(before))
+        numbers.append(_Number(m.start(), m.end(), value, other_thing, bracketed, conditional, total,
                                bool(_ASSERTED_BEFORE.search(before))))
     return numbers
 
@@ -2076,7 +2081,7 @@ _TRAILING_BOLD = re.compile(
 # sentence is explanation ("Answer: 7. Loop 1 starts ..."). A tally's count is on its own line.
 _CLAUSE_LEAD = re.compile(r"[\s*_#>`]*")
 _SAME_LINE_LEAD = re.compile(r"[ \t*_#>`]*")
-_CLAUSE_END = re.compile(r"\n|[.!?;](?=\s|$)")
+_CLAUSE_END = re.compile(r"\n|(?<!\bi\.e)(?<!\be\.g)[.!?;](?=\s|$)")  # "i.e. 7" goes on
 
 
 def _closing_braces(text):
@@ -2154,7 +2159,8 @@ _MAYBE_GAP = re.compile(
 _ENDS_AFTER = re.compile(r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]*)?(?:[)\].,;:!?\n]|$)", re.IGNORECASE)
 _AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
 _BETWEEN_BEFORE = re.compile(r"\bbetween[\s*_]*$", re.IGNORECASE)
-# A bound is not a count: "at least 7", "more than 6", "there are >6", "7+", "7 or more".
+# A bound is not a count: "at least 7", "more than 6", "there are >6", "7+", "7 loops or more",
+# "7, possibly more".
 # Only a free-standing "<"/">" is one: not a tag ("<answer>7"), an arrow
 # ("-> 7") or a markdown quote ("> 7" opening a line).
 _BOUND_BEFORE = re.compile(
@@ -2162,7 +2168,9 @@ _BOUND_BEFORE = re.compile(
     re.IGNORECASE,
 )
 _BOUND_AFTER = re.compile(
-    r"[\s*_]*(?:\+(?!\s*[0-9])|or\s+(?:more|fewer|less|greater|higher|above))",
+    r"[\s*_]*\+(?!\s*[0-9])"
+    r"|(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[\s*_,]*(?:or\s+(?:more|fewer|less|greater|higher|above)"
+    r"|(?:possibly|maybe|perhaps)\s+more\b)",
     re.IGNORECASE,
 )
 
@@ -2192,8 +2200,8 @@ def _read_count(text, numbers, clauses, begin):
     """The count text commits to from position begin on (see extract_answer), and whether a marker
     or a primary number gave it (False: no such count there)."""
     first = bisect.bisect_left([number.start for number in numbers], begin)
-    pools = {False: list(range(first, len(numbers)))}  # a tally marks only a primary count: not "14 crossings"
-    pools[True] = [i for i in pools[False] if numbers[i].primary]
+    pools = {False: [i for i in range(first, len(numbers)) if not numbers[i].conditional]}
+    pools[True] = [i for i in pools[False] if numbers[i].primary]  # a tally marks only a primary count: not "14 crossings"
     pool_starts = {tally: [numbers[i].start for i in pool] for tally, pool in pools.items()}
     last_claim = max((numbers[i].start for i in pools[True] if numbers[i].claimed), default=-1)
     for marker_start, start, end, tally in reversed(clauses):
@@ -2205,9 +2213,9 @@ def _read_count(text, numbers, clauses, begin):
         inside = [i for i in pools[tally][window] if numbers[i].end <= end]
         if inside:
             return _committed_value(text, numbers, _first_in_clause(numbers, inside)), True
-    if not pools[False]:
+    if first == len(numbers):
         return None, False
-    chosen = _last_in_reply(numbers, pools[False])
+    chosen = _last_in_reply(numbers, range(first, len(numbers)))
     return _committed_value(text, numbers, chosen), numbers[chosen].primary
 
 
@@ -2251,9 +2259,10 @@ def extract_answer(response: str) -> "int | None":
     parts of a sum ("4 + 3 = 7", "6 + 1") and sizes or ratios ("8-shaped",
     "512 × 512", "×3", "4 out of 5") are left out. A count naming something
     else ("2 of them", "3 red", "4 are large", "12 crossings", "Crossings:
-    12") or standing in brackets or a table row is a detail; the others
-    are primary, and a detail is chosen only when no primary count is
-    there: "There are 7 loops, 2 of them small." gives 7.
+    12"), standing in brackets or a table row, or conditional ("8 if you
+    count the frame") is a detail; the others are primary, and a detail is
+    chosen only when no primary count is there (a conditional one never
+    answers a marker): "There are 7 loops, 2 of them small." gives 7.
     The count chosen gives None, without falling back to an earlier one,
     when it is:
       - one of two different counts joined by or / to / - / – / ~ / "/" / ±

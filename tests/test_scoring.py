@@ -240,6 +240,13 @@ CASES = [
     ("There are 7 self-intersection points and 3 loops", 3),
     ("The answer is one.", 1),
     ("The image shows one closed curve.", 1),
+    # --- a conditional count is a caveat, not the answer
+    ("Answer: 7\n\nNote: the answer would be 8 if the small ring counts as separate.", 7),
+    ("I'd say 7, but it could be 8 if the knot at the top is two loops.", 7),
+    ("If the ring counts, 8; otherwise there are 7 loops.", 7),
+    ("Answer: 2 red, 2 blue and 3 green loops, i.e. 7.", 7),  # "i.e." ends no clause
+    ("There are 7 loops, possibly more hidden.", None),  # a bound
+    ("There are 7 loops or more.", None),
     # --- sums: only the result counts
     ("The total is 4 + 3 = 7.", 7),
     ("Total: 3 + 2 + 2 = 7 loops", 7),
