@@ -1905,6 +1905,8 @@ _OTHER_THING_AFTER = re.compile(
     r"|red|blue|green|yellow|orange|purple|pink|black|white|brown|gr[ae]y|teal|cyan|magenta|gold)\b",
     re.IGNORECASE,
 )
+# ... particular ones ("the two curves there", "the 3 loops on the left"; but "out of the 7 loops" asserts),
+_DEFINITE_BEFORE = re.compile(r"\bthe[ \t]+[*_]*$", re.IGNORECASE)
 # ... what a tally of something else comes to ("Crossings: 12", "the number of crossings is 14"),
 _OTHER_TALLY_BEFORE = re.compile(
     r"\b(?:crossings?|intersections?|junctions?|points?|regions?|overlaps?)\b[^.\n]{0,20}?(?:\bis|\bare|\bwas|[:=])"
@@ -2035,15 +2037,15 @@ def _find_numbers(text):
                 continue
             head, _, unit = word.replace("-", " ").partition(" ")
             value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
-        other_thing = not counts_loops and bool(
-            _OTHER_THING_AFTER.match(text, m.end()) or _OTHER_TALLY_BEFORE.search(before))
+        asserted = bool(_ASSERTED_BEFORE.search(before))
+        other_thing = (not counts_loops and bool(_OTHER_THING_AFTER.match(text, m.end()) or _OTHER_TALLY_BEFORE.search(before))
+                       or (not asserted and bool(_DEFINITE_BEFORE.search(before))))
         span = bisect.bisect_right(span_starts, m.start()) - 1
         line_start = newlines[bisect.bisect_left(newlines, m.start()) - 1] + 1
         bracketed = (span >= 0 and m.start() < spans[span][1]) or text.startswith("|", line_start)
         total = bool(_TOTAL_AFTER.match(text, m.end()) or _TOTAL_BEFORE.search(before[-20:]))
         conditional = bool(_IF_AFTER.match(text, m.end()) or _IF_BEFORE.search(before))
-        numbers.append(_Number(m.start(), m.end(), value, other_thing, bracketed, conditional, total,
-                               bool(_ASSERTED_BEFORE.search(before))))
+        numbers.append(_Number(m.start(), m.end(), value, other_thing, bracketed, conditional, total, asserted))
     return numbers
 
 
@@ -2193,6 +2195,8 @@ def _committed_value(text, numbers, i):
             return None
         if _AND_GAP.fullmatch(gap) and _BETWEEN_BEFORE.search(text[max(0, a.start - 20):a.start]):
             return None
+    if chosen.conditional and any(n.conditional and n.value != chosen.value for n in numbers):
+        return None  # "4 loops if ..., or 5 if ...": alternatives
     return int(chosen.value)
 
 
@@ -2259,8 +2263,8 @@ def extract_answer(response: str) -> "int | None":
     parts of a sum ("4 + 3 = 7", "6 + 1") and sizes or ratios ("8-shaped",
     "512 × 512", "×3", "4 out of 5") are left out. A count naming something
     else ("2 of them", "3 red", "4 are large", "12 crossings", "Crossings:
-    12"), standing in brackets or a table row, or conditional ("8 if you
-    count the frame") is a detail; the others are primary, and a detail is
+    12") or particular ones ("the 3 loops on the left"), standing in brackets
+    or a table row, or conditional ("8 if you count the frame") is a detail; the others are primary, and a detail is
     chosen only when no primary count is there (a conditional one never
     answers a marker): "There are 7 loops, 2 of them small." gives 7.
     The count chosen gives None, without falling back to an earlier one,
@@ -2271,6 +2275,8 @@ def extract_answer(response: str) -> "int | None":
         be" before a second count that ends the thought ("7, possibly 8",
         "7 loops (maybe 8)"), or by "and" after "between" ("between 7 and 8");
       - a bound: "at least 7", "more than 6", "7+", "7 or more";
+      - conditional, with a different conditional count beside it ("4 loops
+        if ..., or 5 if ...");
       - negative ("-3"), fractional ("7.5"; "7.0" counts as 7) or endless
         (a run of hundreds of digits).
 

@@ -247,6 +247,9 @@ CASES = [
     ("Answer: 2 red, 2 blue and 3 green loops, i.e. 7.", 7),  # "i.e." ends no clause
     ("There are 7 loops, possibly more hidden.", None),  # a bound
     ("There are 7 loops or more.", None),
+    ("There are 7 loops if I counted right.", 7),
+    ("It could be 4 loops if the central crossing is a self-intersection, or 5 if two loops cross there.", None),
+    ("Either 5 or 6 loops, since I can't tell whether the two curves there connect.", None),  # "the two curves": particular ones
     # --- sums: only the result counts
     ("The total is 4 + 3 = 7.", 7),
     ("Total: 3 + 2 + 2 = 7 loops", 7),
@@ -338,9 +341,10 @@ def test_extract_answer(response, expected):
     assert extract_answer(response) == expected
 
 
-# Replies written by three review rounds to trip the reader, each with what a careful
-# grader reads; "misread" marks the ones it still gets wrong (mostly not English, or
-# conditional: "the answer would be 8 if ..."). A fix turns their strict xfail red.
+# Replies written by three review rounds to trip the reader, then 120 ordinary ones
+# written blind (before reading the code), each with what a careful grader reads;
+# "misread" marks the ones it still gets wrong (mostly not English, or with no stated
+# count). A fix turns their strict xfail red.
 REVIEW_REPLIES = [json.loads(line) for line in
                   (Path(__file__).parent / "scoring_replies.jsonl").read_text(encoding="utf-8").splitlines()]
 
