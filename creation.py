@@ -1399,16 +1399,24 @@ def remove_shards_dir_if_empty(out_dir: Path) -> None:
         (out_dir / SHARDS_DIR).rmdir()
 
 
+def image_index(name: str, n: int) -> int | None:
+    """The index whose image a dataset of n samples names `name`, or None if it names none so.
+
+    A test, not a set of names, so memory does not grow with n.
+    """
+    image = IMAGE_NAME_RE.match(name)
+    if image is None:
+        return None
+    index = int(image[1])
+    return index if index < n and name == Path(image_name(index, n)).name else None
+
+
 def remove_stale_images(out_dir: Path, n: int) -> None:
     """Delete another dataset's review pictures, and its images whose names the new dataset does not use."""
-    def named_by_new_dataset(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
-        index = int(IMAGE_NAME_RE.match(name)[1])
-        return index < n and name == Path(image_name(index, n)).name
-
-    for folder, keeps in ((out_dir / IMAGES_DIR, named_by_new_dataset), (out_dir / REVIEW_DIR / "overlays", None)):
+    for folder, keep_named in ((out_dir / IMAGES_DIR, True), (out_dir / REVIEW_DIR / "overlays", False)):
         if folder.is_dir():
             for entry in os.scandir(folder):
-                if IMAGE_NAME_RE.match(entry.name) and not (keeps and keeps(entry.name)):
+                if IMAGE_NAME_RE.match(entry.name) and not (keep_named and image_index(entry.name, n) is not None):
                     os.unlink(entry.path)
     (out_dir / REVIEW_DIR / CONTACT_SHEET_FILE).unlink(missing_ok=True)
 
@@ -1675,12 +1683,9 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         if shard == WHOLE_RUN:
             files |= {ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
 
-        def owns_image(name: str) -> bool:  # a test, not a set of names, so memory does not grow with n
-            image = IMAGE_NAME_RE.match(name)
-            if image is None:
-                return False
-            index = int(image[1])
-            return index in indices and name == Path(image_name(index, cfg.n)).name
+        def owns_image(name: str) -> bool:
+            index = image_index(name, cfg.n)
+            return index is not None and index in indices
 
         remove_temporaries(out_dir, lambda name: name in files or owns_image(name))
         if overlays:
