@@ -1892,6 +1892,9 @@ _DIMENSION_BEFORE = re.compile(r"(?:[0-9][ \t]*[×x]|×)[ \t]*$")
 _RATIO_AFTER = re.compile(r"[ \t]+out[ \t]+of[ \t]+[0-9]", re.IGNORECASE)
 _RATIO_BEFORE = re.compile(r"[0-9][ \t]+out[ \t]+of[ \t]+$", re.IGNORECASE)
 
+# "loops" and up to three words before it: "distinct closed loops" after a count.
+_LOOP_NOUN = r"(?:[a-z-]+[ \t]+){0,3}loops?"
+
 # The role of a number that can be the count. A count of loops: "7 loops",
 # "7 distinct closed loops" (not "12 crossings between the loops").
 _LOOPS_AFTER = re.compile(
@@ -1926,8 +1929,8 @@ _IF_BEFORE = re.compile(r"\bif\b[^.!?;,\n]*$", re.IGNORECASE)
 # 2 red, ...") or asserted ("There are 7", "I count 7", "the image contains 7"),
 # as against one that describes ("2 loops are nested", "3 are visible").
 _TOTAL_AFTER = re.compile(
-    r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]+)?(?:in[ \t]+total|in[ \t]+all|altogether|overall|total)\b"
-    r"|[ \t*_]*(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]*:",
+    rf"[ \t*_]*(?:{_LOOP_NOUN}[ \t*_]+)?(?:in[ \t]+total|in[ \t]+all|altogether|overall|total)\b"
+    rf"|[ \t*_]*{_LOOP_NOUN}[ \t*_]*:",
     re.IGNORECASE)
 _TOTAL_BEFORE = re.compile(
     r"(?:\b(?:making|makes|giving|gives|so|totals?|totall?ing|equals?|i\.e\.|that\s+is|that'?s)|=|→|->)[ \t*_:,]*$",
@@ -1961,11 +1964,11 @@ class _Number(NamedTuple):
         return self.primary and (self.total or self.asserted)
 
 
-def _is_pronoun_one(text, start, end, before):
-    """Whether the "one" at text[start:end] stands for a thing rather than a count."""
-    if _COUNT_ONE_AFTER.match(text, end):
+def _is_pronoun_one(text, m, before):
+    """Whether the "one" matched by m stands for a thing rather than a count."""
+    if _COUNT_ONE_AFTER.match(text, m.end()):
         return False
-    return bool(_PRONOUN_ONE_AFTER.match(text, end) or _PRONOUN_ONE_BEFORE.search(before))
+    return bool(_PRONOUN_ONE_AFTER.match(text, m.end()) or _PRONOUN_ONE_BEFORE.search(before))
 
 
 def _is_sum_part(text, m, before):
@@ -2020,7 +2023,8 @@ def _find_numbers(text):
     numbers, excluded = [], None  # excluded: (kind, end) of the number just before, if it was a label or set aside
     for m in _NUMBER_RE.finditer(text):
         before = text[max(0, m.start() - _BEFORE_CHARS):m.start()]
-        counts_loops = bool(_LOOPS_AFTER.match(text, m.end()) or _TOTAL_AFTER.match(text, m.end()))
+        total_after = bool(_TOTAL_AFTER.match(text, m.end()))
+        counts_loops = total_after or bool(_LOOPS_AFTER.match(text, m.end()))
         if excluded and not counts_loops and (
                 _LABELS_JOINED if excluded[0] == "label" else _SET_ASIDE_JOINED).fullmatch(text, excluded[1], m.start()):
             kind = excluded[0]  # "loops 1, 2 and 3", "missed 1 or 2"
@@ -2038,7 +2042,7 @@ def _find_numbers(text):
                 value = -value
         else:
             word = m.group("word").lower()
-            if word == "one" and _is_pronoun_one(text, m.start(), m.end(), before):
+            if word == "one" and _is_pronoun_one(text, m, before):
                 continue
             head, _, unit = word.replace("-", " ").partition(" ")
             value = float(_NUMBER_WORDS[head] + _NUMBER_WORDS.get(unit, 0))
@@ -2048,7 +2052,7 @@ def _find_numbers(text):
         span = bisect.bisect_right(span_starts, m.start()) - 1
         line_start = newlines[bisect.bisect_left(newlines, m.start()) - 1] + 1
         bracketed = (span >= 0 and m.start() < spans[span][1]) or text.startswith("|", line_start)
-        total = bool(_TOTAL_AFTER.match(text, m.end()) or _TOTAL_BEFORE.search(before[-20:]))
+        total = total_after or bool(_TOTAL_BEFORE.search(before[-20:]))
         conditional = bool(_IF_AFTER.match(text, m.end()) or _IF_BEFORE.search(before))
         numbers.append(_Number(m.start(), m.end(), value, other_thing, bracketed, conditional, total, asserted))
     return numbers
@@ -2150,8 +2154,9 @@ def _last_in_reply(numbers, indices):
 # Gaps between two different numbers that make a reply name two candidates:
 # "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7, give or take 1", "7 (or possibly 8)",
 # "**7** or **8**", "7 loops or 8", "7 oder 8".
+_AFTER_FIRST_COUNT = rf"(?:[ \t*_]+{_LOOP_NOUN})?[ \t*_()$,]*"  # "7 loops, ", "7 (", "**7** "
 _ALTERNATIVE_GAP = re.compile(
-    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*"
+    _AFTER_FIRST_COUNT +
     r"(?:or|to|-|–|—|~|/|±|\+/-|give\s+or\s+take|o|ou|oder|或|到|至)[ \t*_()$]*"
     r"(?:(?:maybe|possibly|perhaps|probably)\s*)?",
     re.IGNORECASE,
@@ -2159,11 +2164,11 @@ _ALTERNATIVE_GAP = re.compile(
 # Softer second candidates, "7, possibly 8", "7 loops (maybe 8)", "7, though it could be 8",
 # hedge only when the second number ends the thought: "7 (possibly 2 are hidden)" does not.
 _MAYBE_GAP = re.compile(
-    r"(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[ \t*_()$,]*(?:(?:but|though|although|or)\s+)?"
+    _AFTER_FIRST_COUNT + r"(?:(?:but|though|although|or)\s+)?"
     r"(?:maybe|possibly|perhaps|(?:it\s+)?(?:could|might)\s+(?:also\s+)?be)[ \t*_()$]*",
     re.IGNORECASE,
 )
-_ENDS_AFTER = re.compile(r"[ \t*_]*(?:(?:[a-z-]+[ \t]+){0,3}loops?[ \t*_]*)?(?:[)\].,;:!?\n]|$)", re.IGNORECASE)
+_ENDS_AFTER = re.compile(rf"[ \t*_]*(?:{_LOOP_NOUN}[ \t*_]*)?(?:[)\].,;:!?\n]|$)", re.IGNORECASE)
 _AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
 _BETWEEN_BEFORE = re.compile(r"\bbetween[\s*_]*$", re.IGNORECASE)
 # A bound is not a count: "at least 7", "more than 6", "there are >6", "7+", "7 loops or more",
@@ -2176,7 +2181,7 @@ _BOUND_BEFORE = re.compile(
 )
 _BOUND_AFTER = re.compile(
     r"[\s*_]*\+(?!\s*[0-9])"
-    r"|(?:[ \t*_]+(?:[a-z-]+[ \t]+){0,3}loops?)?[\s*_,]*(?:or\s+(?:more|fewer|less|greater|higher|above)"
+    rf"|(?:[ \t*_]+{_LOOP_NOUN})?[\s*_,]*(?:or\s+(?:more|fewer|less|greater|higher|above)"
     r"|(?:possibly|maybe|perhaps)\s+more\b)",
     re.IGNORECASE,
 )
