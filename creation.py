@@ -56,7 +56,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "1.6.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.0.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -73,6 +73,8 @@ QUESTION = (
 JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
 MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per index in memory
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
+MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
+MAX_POINTS_PER_LOOP = 20_000
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
@@ -117,39 +119,68 @@ CURL_ARC_GAPS = 2.09  # arc a curl adds, in waypoint gaps: mean trochoid arc ove
 # Config
 
 
+def knob(default, help: str, group: str, **parser_options):
+    """A Config field: its default, its --help text and the group of flags it is listed in."""
+    return dataclasses.field(default=default, metadata={"help": help, "group": group, **parser_options})
+
+
+ORIGINAL_SHAPE_FIELDS = ("min_radius", "max_radius", "radius_jitter", "max_waypoints")  # unused when budgeted
+
+
 @dataclass(frozen=True)
 class Config:
     """Every knob of one dataset; each field is also the CLI flag of the same name."""
 
-    n: int = 500  # images in the dataset
-    seed: int = 0  # run seed; sample i draws from SeedSequence(seed, spawn_key=(i,))
-    min_loops: int = 5  # fewest loops in one image
-    max_loops: int = 11  # most loops in one image
-    answers: str = "equal"  # "equal": every count equally often; "uniform": independent draws
-    size: int = 1024  # canvas side, px
-    interior_margin: float = 55.0  # px along every edge that no loop enters
-    min_radius: float = 150.0  # px, smallest mean radius of a loop's waypoint ring
-    max_radius: float = 275.0  # px, largest mean radius of a loop's waypoint ring
-    min_waypoints: int = 6  # fewest spline waypoints per loop
-    max_waypoints: int = 10  # most spline waypoints per loop
-    angle_jitter: float = 0.42  # rad; capped per loop so waypoints keep their ring order
-    radius_jitter: float = 0.32  # fraction of the mean radius
-    points_per_loop: int = 900  # dense samples along each spline
-    stroke_width: float = 3.0  # px
-    min_gap: float = 9.0  # px; closest two strands may come except at a crossing
-    min_crossing_angle: float = 30.0  # degrees; shallower crossings read as touches
-    min_crossing_separation: float = 12.0  # px between any two crossings
-    min_same_pair_separation: float = 30.0  # px between two crossings of the same two loops
-    min_curvature_radius: float = 8.0  # px; tighter bends render as kinks or fake endpoints
-    loop_attempts: int = 400  # redraws of one loop before the whole sample restarts
-    sample_restarts: int = 25  # restarts before the sample is declared impossible
-    balanced: bool = False  # per-image budgets of length, turning and crossings, so global statistics hide N
+    n: int = knob(500, "images in the dataset", "dataset")
+    seed: int = knob(0, "run seed, non-negative; sample i draws from SeedSequence(seed, spawn_key=(i,))", "dataset")
+    min_loops: int = knob(5, "fewest loops in one image", "loops")
+    max_loops: int = knob(11, "most loops in one image", "loops")
+    answers: str = knob("equal", "equal: every count equally often, decided per index from the seed; "
+                        "uniform: independent draws", "loops", choices=ANSWER_DISTRIBUTIONS)
+    original_shapes: bool = knob(False, "the original description's loop shapes (mean radius 150-275 px, no "
+                                 "budgets), for comparison only: the ink then gives the count away", "loops")
+    min_radius: float = knob(150.0, "with --original-shapes: smallest mean radius of a loop's waypoint ring, px", "loops")
+    max_radius: float = knob(275.0, "with --original-shapes: largest mean radius of a loop's waypoint ring, px", "loops")
+    min_waypoints: int = knob(6, "fewest spline waypoints per loop", "loops")
+    max_waypoints: int = knob(10, "with --original-shapes: most spline waypoints per loop", "loops")
+    angle_jitter: float = knob(0.42, "waypoint angle jitter, rad, capped to keep the waypoints in ring order", "loops")
+    radius_jitter: float = knob(0.32, "with --original-shapes: waypoint radius jitter, fraction of the mean radius", "loops")
+    points_per_loop: int = knob(900, "dense samples along each loop's spline", "loops")
+    size: int = knob(1024, "canvas side, px", "canvas")
+    interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
+    stroke_width: float = knob(3.0, "line width, px", "canvas")
+    min_gap: float = knob(9.0, "closest two strands' centre lines may come away from a crossing, px; at least "
+                          "the stroke width plus 3", "traceability rules")
+    parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
+                               "side, px", "traceability rules")
+    max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
+                                   "away from their crossings, px", "traceability rules")
+    min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
+    min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", "traceability rules")
+    min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
+                                           "traceability rules")
+    min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
+    min_curl_px: float = knob(60.0, "least reach of the small lobe a loop makes where it crosses itself, from "
+                              "that crossing, px", "traceability rules")
+    loop_attempts: int = knob(400, "redraws of one loop before the sample restarts", "traceability rules")
+    sample_restarts: int = knob(25, "restarts before a sample fails", "traceability rules")
 
     def __post_init__(self) -> None:
         for name in ("n", "min_loops", "min_waypoints", "points_per_loop", "size",
                      "loop_attempts", "sample_restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
+        for name, limit, why in (("size", MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
+                                 ("points_per_loop", MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing "
+                                  "more and only cost memory")):
+            if getattr(self, name) > limit:
+                raise ValueError(f"{flag(name)} must be at most {limit:,} ({why}), got {getattr(self, name):,}")
+        if not self.original_shapes:
+            defaults = Config.__dataclass_fields__
+            unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
+            if unused:
+                raise ValueError(f"{', '.join(unused)} shape(s) loops only with --original-shapes; by default each "
+                                 "loop's size comes from its share of the image's ink budget")
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float) and not np.isfinite(value):
@@ -169,7 +200,7 @@ class Config:
                                  f"{flag(high)} {getattr(self, high)}")
         for name in ("interior_margin", "angle_jitter", "radius_jitter", "min_gap",
                      "min_crossing_separation", "min_same_pair_separation",
-                     "min_curvature_radius"):
+                     "min_curvature_radius", "min_curl_px", "parallel_gap", "max_parallel_run"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{flag(name)} must be non-negative, got {getattr(self, name)}")
         for name in ("min_radius", "stroke_width"):
@@ -197,22 +228,22 @@ class Config:
             raise ValueError(f"--interior-margin {self.interior_margin:g} leaves no room on a "
                              f"--size {self.size} canvas")
         widest_ring = 2 * self.max_radius * (1 + self.radius_jitter)
-        if widest_ring > interior and not self.balanced:  # balanced loops are sized by their ink share instead
+        if widest_ring > interior and self.original_shapes:  # budgeted loops are sized by their ink share instead
             raise ValueError(
                 f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px "
                 f"but --size {self.size} minus twice --interior-margin {self.interior_margin} "
                 f"leaves {interior:g} px")
         if self.points_per_loop < 64:
             raise ValueError(f"--points-per-loop must be at least 64, got {self.points_per_loop}")
-        if self.balanced and self.min_loops < 2:
-            raise ValueError(f"--balanced needs --min-loops of at least 2, got {self.min_loops}: "
-                             "its loops join one tangle by crossing one another")
+        if not self.original_shapes and self.min_loops < 2:
+            raise ValueError(f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: "
+                             "the loops join one tangle by crossing one another")
         # Room to spare (0.9), or splitting the longest budget among min_loops loops
         # that must each stay under the largest perimeter would almost never succeed.
         loop_ratio_limit = 0.9 * BALANCED_PERIMETER_PX[1] / BALANCED_MEAN_PERIMETER_PX[1]
-        if self.balanced and self.max_loops > loop_ratio_limit * self.min_loops:
+        if not self.original_shapes and self.max_loops > loop_ratio_limit * self.min_loops:
             raise ValueError(
-                f"--balanced shares one ink budget among --min-loops {self.min_loops} to --max-loops "
+                f"one ink budget is shared among --min-loops {self.min_loops} to --max-loops "
                 f"{self.max_loops} loops; at most {loop_ratio_limit:g} "
                 f"times as many loops at the top as at the bottom fit on the canvas")
 
@@ -502,6 +533,9 @@ class Crossings:
     def is_self(self) -> np.ndarray:
         return self.loop_a == self.loop_b
 
+    def take(self, rows: np.ndarray) -> Crossings:
+        return Crossings(*(rows_at(getattr(self, f.name), rows) for f in dataclasses.fields(Crossings)))
+
 
 def arc_distance(a: np.ndarray, b: np.ndarray, perimeter: np.ndarray) -> np.ndarray:
     """Distance along a closed loop between two arc positions in [0, perimeter), going the short way round."""
@@ -590,19 +624,19 @@ def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarra
     return rows_where(pairs, near)
 
 
-def crossing_window_px(angle_deg: np.ndarray, cfg: Config, longest: float) -> np.ndarray:
-    """Arc length around a crossing inside which its two strands may be closer than min_gap.
+def crossing_window_px(angle_deg: np.ndarray, gap_px: float, longest: float) -> np.ndarray:
+    """Arc length around a crossing inside which its two strands may be closer than gap_px.
 
-    Two straight strands crossing at angle theta are min_gap apart once each is
-    min_gap / sin(theta) from the crossing; the 1.2 factor allows for their
+    Two straight strands crossing at angle theta are gap_px apart once each is
+    gap_px / sin(theta) from the crossing; the 1.2 factor allows for their
     bending and one segment length for where the crossing falls in its segment.
     """
-    return 1.2 * cfg.min_gap / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
+    return 1.2 * gap_px / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
 
 
-def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
+def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap_px: float,
                     longest: float) -> np.ndarray:
-    """Which segment pairs (K, 2) lie inside no crossing window of their two strands.  (K,) bool
+    """Which segment pairs (K, 2) lie inside no gap_px crossing window of their two strands.  (K,) bool
 
     longest is longest_segment(segs), which the caller already has.
     """
@@ -611,7 +645,7 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg
     u, v = pairs[:, 0], pairs[:, 1]
     swap = segs.loop[u] > segs.loop[v]
     u, v = np.where(swap, v, u), np.where(swap, u, v)
-    window = crossing_window_px(crossings.angle_deg, cfg, longest)[None, :]  # (1, C)
+    window = crossing_window_px(crossings.angle_deg, gap_px, longest)[None, :]  # (1, C)
     same_strands = (segs.loop[u][:, None] == crossings.loop_a) & (segs.loop[v][:, None] == crossings.loop_b)
 
     def within(arc_u, arc_v):  # (K, C): both segments of a pair inside one crossing's window
@@ -630,7 +664,63 @@ def clearance_faults(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
     Nearly every close pair sits at a crossing, so the excused ones are set
     aside before the costlier exact distances are measured.
     """
-    return find_near_pairs(segs, rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg, longest)), cfg)
+    return find_near_pairs(segs, rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.min_gap, longest)), cfg)
+
+
+def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
+                     longest: float) -> np.ndarray:
+    """Longest stretch along each strand that stays within parallel_gap of one other strand.  (R,) px
+
+    pairs (K, 2) are candidate rows of separate strands. A pair counts when its
+    segments are closer than cfg.parallel_gap and lie outside every crossing
+    window of their own two strands (sized for that gap). Each pair marks both
+    its segments; a run is a stretch of consecutive marked segments of one
+    loop beside the same other loop (itself, for a loop that comes back near
+    itself), measured in arc length, wrapping round the closed loop.
+    """
+    pairs = rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.parallel_gap, longest))
+    u, v = pairs[:, 0], pairs[:, 1]
+    # Midpoint to segment is exact enough here: for nearly parallel segments it is their distance.
+    near = point_segment_distance(rows_at(segs.mid, u), rows_at(segs.start, v), rows_at(segs.end, v)) < cfg.parallel_gap
+    u, v = rows_where(u, near), rows_where(v, near)
+    rows, beside = np.concatenate([u, v]), np.concatenate([rows_at(segs.loop, v), rows_at(segs.loop, u)])
+    return longest_runs_px(segs, rows, beside)
+
+
+def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.ndarray:
+    """Per (loop, other loop) pair, the arc length of the longest run of consecutive marked segments.  (R,) px
+
+    rows (M,) are marked segment rows of segs, beside (M,) the loop each lies
+    next to. Every loop has the same number of segments, stored loop by loop.
+    """
+    if len(rows) == 0:
+        return np.zeros(0)
+    per_loop = int(np.count_nonzero(segs.loop == segs.loop[0]))
+    loop = rows_at(segs.loop, rows)
+    keys, which = np.unique(loop.astype(np.int64) * (int(segs.loop.max()) + 1) + beside, return_inverse=True)
+    marked = np.zeros((len(keys), per_loop), dtype=bool)  # (R, P)
+    marked[which, rows_at(segs.index, rows)] = True
+    lengths = np.hypot(*(segs.end - segs.start).T).reshape(-1, per_loop)  # (loops, P) px
+    run_lengths = rows_at(lengths, keys // (int(segs.loop.max()) + 1))  # (R, P)
+    # Two laps round the loop catch a run that wraps past its first segment.
+    twice, step = np.tile(marked, 2), np.tile(run_lengths, 2) * np.tile(marked, 2)
+    total = np.cumsum(step, axis=1)
+    run = total - np.maximum.accumulate(np.where(twice, 0.0, total), axis=1)
+    return np.where(marked.all(axis=1), run_lengths.sum(axis=1), run.max(axis=1))
+
+
+def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
+    """How far the smaller lobe of each self-crossing reaches from the crossing point.  (C,) px
+
+    segs is one loop's segments and crossings some of its self-crossings. The
+    smaller lobe is the shorter of the two arcs between the crossing's segments.
+    """
+    low = np.minimum(crossings.arc_a, crossings.arc_b)[:, None]  # (C, 1)
+    high = np.maximum(crossings.arc_a, crossings.arc_b)[:, None]
+    between = (segs.arc > low) & (segs.arc < high)  # (C, P)
+    lobe = np.where(high - low <= segs.perimeter[0] / 2, between, ~between)
+    gap = segs.mid[None, :, :] - crossings.point[:, None, :]  # (C, P, 2)
+    return np.max(np.where(lobe, np.hypot(gap[..., 0], gap[..., 1]), 0.0), axis=1)
 
 
 def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
@@ -782,11 +872,18 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
     reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
     if reason is not None:
         return None, reason
-    # Clearance, the costlier check, runs last.
-    radius = cfg.min_gap + longest
-    candidates = np.concatenate([pairs_with_old(radius), pairs_within_new(radius)])
-    if len(clearance_faults(candidates, segs, crossings, cfg, longest)):
+    curls = rows_where(np.arange(len(crossings)), crossings.is_self)
+    if len(curls) and lobe_reach_px(new, crossings.take(curls)).min() < cfg.min_curl_px:
+        return None, "curl_size"
+    # Clearance and parallel stretches, the costlier checks, run last, on one candidate search.
+    candidates = np.concatenate([pairs_with_old(max(cfg.min_gap, cfg.parallel_gap) + longest),
+                                 pairs_within_new(max(cfg.min_gap, cfg.parallel_gap) + longest)])
+    gap = rows_at(segs.mid, candidates[:, 0]) - rows_at(segs.mid, candidates[:, 1])
+    within_gap = np.einsum("ij,ij->i", gap, gap) <= (cfg.min_gap + longest) ** 2
+    if len(clearance_faults(rows_where(candidates, within_gap), segs, crossings, cfg, longest)):
         return None, "min_gap"
+    if np.any(parallel_runs_px(candidates, segs, crossings, cfg, longest) > cfg.max_parallel_run):
+        return None, "parallel"
     return Tangle(tangle.loops + (points,), segs, build_grid(segs.mid, cfg.size), tangle.crossings + crossings,
                   longest), None
 
@@ -802,6 +899,15 @@ def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Cro
     return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
 
 
+def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
+    """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
+    segs, crossings, _ = find_all_events(loops, cfg)
+    longest = longest_segment(segs)
+    found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
+    runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
+    return float(runs.max(initial=0.0))
+
+
 def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
     """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
     segs, crossings, near = find_all_events(loops, cfg)
@@ -810,8 +916,15 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
         faults.append("crossing_angle")
     too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
     faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
+    for loop_id, points in enumerate(loops):
+        mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
+        if len(mine) and lobe_reach_px(loop_segments(points, loop_id), crossings.take(mine)).min() < cfg.min_curl_px:
+            faults.append("curl_size")
+            break
     if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
         faults.append("min_gap")
+    if longest_parallel_run_px(loops, cfg) > cfg.max_parallel_run:
+        faults.append("parallel")
     points = np.concatenate(loops)
     if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
         faults.append("interior_margin")
@@ -823,13 +936,16 @@ class PlacementError(RuntimeError):
 
 
 LOOSEN = {  # what to change when most redraws break a rule
-    "curvature": "lower --max-waypoints, --angle-jitter, --radius-jitter or --min-curvature-radius",
-    "interior_margin": "lower --max-radius or --interior-margin",
+    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
+                 "or --radius-jitter)",
+    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
     "crossing_angle": "lower --max-loops or --min-crossing-angle",
     "crossing_separation": "lower --max-loops or --min-crossing-separation",
     "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
                             "the same two loops must leave a gap of --min-gap between them)",
     "min_gap": "lower --max-loops or --min-gap",
+    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
+    "curl_size": "lower --min-curl-px",
     "disconnected": "lower --max-loops",
     "crossing_budget": "lower --max-loops",
 }
@@ -862,7 +978,7 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
     cannot skew the answers. Returns the tangle and how many redraws each rule caused.
     """
     # Budgets are kept across restarts: redrawing them would favour the easy ones, which depend on N.
-    shapes = balanced_shapes(cfg, rng, num_loops) if cfg.balanced else (None,) * num_loops
+    shapes = (None,) * num_loops if cfg.original_shapes else balanced_shapes(cfg, rng, num_loops)
     redraws: Counter = Counter()
     for _ in range(cfg.sample_restarts):
         tangle = Tangle.empty(cfg)
@@ -1591,6 +1707,8 @@ def canonical_command(cfg: Config) -> str:
     parts = ["python creation.py"]
     for field in dataclasses.fields(Config):
         value = getattr(cfg, field.name)
+        if field.name in ORIGINAL_SHAPE_FIELDS and not cfg.original_shapes:
+            continue  # the budgeted mode refuses them
         if isinstance(value, bool):  # a switch: named when on, absent when off
             parts += [flag(field.name)] * value
         else:
@@ -2561,11 +2679,10 @@ def usable_cores() -> int:
 
 
 def build_parser() -> OneLineParser:
-    d = Config()
+    """Run flags by hand; every Config field becomes the flag of the same name, with its help and default."""
     p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.")
     run = p.add_argument_group("dataset")
-    run.add_argument("--n", type=int, default=d.n, help=f"number of images (default {d.n})")
-    run.add_argument("--seed", type=int, default=d.seed, help=f"run seed, non-negative (default {d.seed})")
+    groups = {"dataset": run}
     run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
                      help="output folder (default: the folder holding creation.py)")
     run.add_argument("--workers", type=int, default=usable_cores(),
@@ -2583,35 +2700,20 @@ def build_parser() -> OneLineParser:
                        help="make only shard K of M (K = 0..M-1) into --out, plus a shard file; then --merge")
     scale.add_argument("--merge", action="store_true",
                        help="check all shard files and images in --out and write annotations.jsonl and data.json")
-    loops = p.add_argument_group("loops")
-    loops.add_argument("--min-loops", type=int, default=d.min_loops, help=f"fewest loops per image (default {d.min_loops})")
-    loops.add_argument("--max-loops", type=int, default=d.max_loops, help=f"most loops per image (default {d.max_loops})")
-    loops.add_argument("--answers", choices=ANSWER_DISTRIBUTIONS, default=d.answers,
-                       help="equal: every count equally often, decided per index from the seed; "
-                            f"uniform: independent draws (default {d.answers})")
-    loops.add_argument("--min-radius", type=float, default=d.min_radius, help=f"smallest mean loop radius, px (default {d.min_radius:g})")
-    loops.add_argument("--max-radius", type=float, default=d.max_radius, help=f"largest mean loop radius, px (default {d.max_radius:g})")
-    loops.add_argument("--min-waypoints", type=int, default=d.min_waypoints, help=f"fewest spline waypoints per loop (default {d.min_waypoints})")
-    loops.add_argument("--max-waypoints", type=int, default=d.max_waypoints, help=f"most spline waypoints per loop (default {d.max_waypoints})")
-    loops.add_argument("--angle-jitter", type=float, default=d.angle_jitter, help=f"waypoint angle jitter, rad, capped to keep ring order (default {d.angle_jitter:g})")
-    loops.add_argument("--radius-jitter", type=float, default=d.radius_jitter, help=f"waypoint radius jitter, fraction of the mean radius (default {d.radius_jitter:g})")
-    loops.add_argument("--points-per-loop", type=int, default=d.points_per_loop, help=f"dense samples along each loop (default {d.points_per_loop})")
-    loops.add_argument("--balanced", action="store_true",
-                       help="draw each image's total ink length, turning and crossings independently of the "
-                            "loop count, in place of --min/--max-radius, --max-waypoints and --radius-jitter; "
-                            "every loop crosses another (default off)")
-    canvas = p.add_argument_group("canvas")
-    canvas.add_argument("--size", type=int, default=d.size, help=f"canvas side, px (default {d.size})")
-    canvas.add_argument("--interior-margin", type=float, default=d.interior_margin, help=f"ink-free border, px (default {d.interior_margin:g})")
-    canvas.add_argument("--stroke-width", type=float, default=d.stroke_width, help=f"line width, px (default {d.stroke_width:g})")
-    rules = p.add_argument_group("traceability rules")
-    rules.add_argument("--min-gap", type=float, default=d.min_gap, help=f"closest two strands' centre lines may come away from a crossing, px; at least the stroke width plus 3 (default {d.min_gap:g})")
-    rules.add_argument("--min-crossing-angle", type=float, default=d.min_crossing_angle, help=f"shallowest allowed crossing, degrees (default {d.min_crossing_angle:g})")
-    rules.add_argument("--min-crossing-separation", type=float, default=d.min_crossing_separation, help=f"distance between any two crossings, px (default {d.min_crossing_separation:g})")
-    rules.add_argument("--min-same-pair-separation", type=float, default=d.min_same_pair_separation, help=f"distance between two crossings of the same two loops, px (default {d.min_same_pair_separation:g})")
-    rules.add_argument("--min-curvature-radius", type=float, default=d.min_curvature_radius, help=f"tightest allowed bend, px (default {d.min_curvature_radius:g})")
-    rules.add_argument("--loop-attempts", type=int, default=d.loop_attempts, help=f"redraws of one loop before the sample restarts (default {d.loop_attempts})")
-    rules.add_argument("--sample-restarts", type=int, default=d.sample_restarts, help=f"restarts before a sample fails (default {d.sample_restarts})")
+    # Config flags default to None, so a flag given on the command line can be told from one left out.
+    for field in dataclasses.fields(Config):
+        meta = field.metadata
+        group = groups.get(meta["group"]) or groups.setdefault(meta["group"], p.add_argument_group(meta["group"]))
+        options = {k: v for k, v in meta.items() if k not in ("help", "group")}
+        if field.type == "bool":
+            group.add_argument(flag(field.name), action="store_true", default=None, help=meta["help"])
+        else:
+            shown = command_number(field.default) if field.type == "float" else field.default
+            group.add_argument(flag(field.name), type={"int": int, "float": float, "str": str}[field.type],
+                               default=None, help=f"{meta['help']} (default {shown})", **options)
+        if field.name == "original_shapes":
+            group.add_argument("--balanced", action="store_true",
+                               help="the default mode (budgeted ink, turning and crossings); kept for old commands")
     grade = p.add_argument_group("evaluate model answers (instead of generating)")
     grade.add_argument("--evaluate", type=Path, metavar="PREDICTIONS.jsonl",
                        help='score a JSONL file of {"image": ..., "response": ...} lines and print a report')
@@ -2629,8 +2731,20 @@ def given_options(argv: list[str] | None) -> list[str]:
     return list(vars(parser.parse_args(argv)))
 
 
+def given_config(args: argparse.Namespace) -> dict:
+    """The Config fields named on the command line, with their values."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if getattr(args, f.name) is not None}
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
-    return Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config)})
+    if args.balanced and args.original_shapes:
+        raise ValueError("--balanced is the default mode; it cannot go with --original-shapes")
+    given = given_config(args)
+    unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if name in given]
+    if unused and not args.original_shapes:  # named at its default value, which Config cannot tell
+        raise ValueError(f"{', '.join(unused)} shape(s) loops only with --original-shapes; by default each "
+                         "loop's size comes from its share of the image's ink budget")
+    return Config(**given)
 
 
 def load_records(dataset_dir: Path) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Balanced mode: budgets, one-piece tangles, every rule kept, and the default left untouched."""
+"""The default, budgeted mode: budgets, one-piece tangles, every rule kept; the original shapes behind a switch."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import pytest
 import creation
 from creation import Config
 
-BALANCED = Config(n=1, seed=3, balanced=True)
+BALANCED = Config(n=1, seed=3)
 
 
 def connected_pieces(tangle):
@@ -24,28 +24,44 @@ def connected_pieces(tangle):
     return len({root(x) for x in range(len(parent))})
 
 
-def test_the_switch_is_off_by_default_and_absent_from_the_default_command():
-    assert Config().balanced is False
-    assert "--balanced" not in creation.canonical_command(Config())
+def test_budgets_are_the_default_and_the_original_shapes_a_named_switch():
+    assert Config().original_shapes is False
+    assert "--original-shapes" not in creation.canonical_command(Config())
+    assert "--original-shapes" in creation.canonical_command(Config(original_shapes=True))
 
 
-def test_the_canonical_command_regenerates_a_balanced_config():
-    cfg = Config(n=6, seed=11, balanced=True)
+@pytest.mark.parametrize("cfg", [Config(n=6, seed=11), Config(n=6, seed=11, original_shapes=True, max_radius=250.0)])
+def test_the_canonical_command_regenerates_its_config(cfg):
     argv = creation.canonical_command(cfg).split()[2:]
-    assert argv[-1] == "--balanced"
     assert creation.config_from_args(creation.build_parser().parse_args(argv)) == cfg
 
 
+@pytest.mark.parametrize("argv", [["--min-radius", "150"], ["--max-radius", "200"], ["--radius-jitter", "0.1"],
+                                  ["--max-waypoints", "10"]])
+def test_a_flag_the_budgeted_mode_does_not_use_is_refused(argv):
+    """Named at its default or not, a loop-shape flag of the original mode would be silently ignored."""
+    with pytest.raises(ValueError, match=f"{argv[0]} shape.*--original-shapes"):
+        creation.config_from_args(creation.build_parser().parse_args(argv))
+    assert creation.config_from_args(creation.build_parser().parse_args(argv + ["--original-shapes"]))
+
+
+def test_the_old_balanced_switch_names_the_default():
+    parse = creation.build_parser().parse_args
+    assert creation.config_from_args(parse(["--balanced"])) == Config()
+    with pytest.raises(ValueError, match="--balanced is the default"):
+        creation.config_from_args(parse(["--balanced", "--original-shapes"]))
+
+
 def test_too_wide_a_loop_range_for_one_ink_budget_names_the_flags():
-    with pytest.raises(ValueError, match="--balanced.*--min-loops 3.*--max-loops 11"):
-        Config(balanced=True, min_loops=3)
+    with pytest.raises(ValueError, match="one ink budget.*--min-loops 3.*--max-loops 11"):
+        Config(min_loops=3)
 
 
 @pytest.mark.parametrize("num_loops", range(5, 12))
 def test_budgets_do_not_depend_on_n(num_loops):
     rng = np.random.default_rng(num_loops)
     for _ in range(50):
-        shapes = creation.balanced_shapes(Config(balanced=True), rng, num_loops)
+        shapes = creation.balanced_shapes(Config(), rng, num_loops)
         perimeters = np.array([s.perimeter for s in shapes])
         assert len(shapes) == num_loops
         assert 11 * 750 <= perimeters.sum() <= 11 * 1000
@@ -81,7 +97,7 @@ def test_a_curl_crosses_its_loop_once_and_steeply(seed):
 @pytest.mark.parametrize("count", [9, 12])
 def test_curls_take_every_other_gap(count):
     rng = np.random.default_rng(count)
-    cfg = Config(balanced=True, angle_jitter=0.0)  # with no wiggle either, ring points lie on the unit circle
+    cfg = Config(angle_jitter=0.0)  # with no wiggle either, ring points lie on the unit circle
     shape = creation.LoopShape(perimeter=1.0, waypoints=count, wiggle=0.0, curls=count // 2, crossing_cap=0.0)
     path = creation.balanced_waypoints(shape, cfg, rng)
     on_ring = np.flatnonzero(np.isclose(np.hypot(*path.T), 1.0, atol=1e-9))
@@ -102,20 +118,20 @@ def test_balanced_samples_keep_every_rule_in_one_piece(index):
 
 
 def test_balanced_images_regenerate_alone():
-    image, record, _ = creation.make_sample(Config(n=3, seed=4, balanced=True), 2)
-    again, record_again, _ = creation.make_sample(Config(n=3, seed=4, balanced=True), 2)
+    image, record, _ = creation.make_sample(Config(n=3, seed=4), 2)
+    again, record_again, _ = creation.make_sample(Config(n=3, seed=4), 2)
     assert record == record_again and record["pixel_sha256"] == creation.pixel_sha256(again)
 
 
 def test_a_single_loop_is_refused():
-    with pytest.raises(ValueError, match="--balanced needs --min-loops of at least 2"):
-        Config(balanced=True, min_loops=1, max_loops=1)
+    with pytest.raises(ValueError, match="--min-loops must be at least 2"):
+        Config(min_loops=1, max_loops=1)
 
 
 @pytest.mark.parametrize("loops", [2, 5])
 def test_a_narrow_loop_range_places_every_sample(loops):
     """Extra curls follow the ink: 14 on the ink of two or five loops bent too tightly and sampling gave up."""
-    cfg = Config(n=6, seed=0, balanced=True, min_loops=loops, max_loops=loops, sample_restarts=3)
+    cfg = Config(n=6, seed=0, min_loops=loops, max_loops=loops, sample_restarts=3)
     for index in range(6):
         tangle, _ = creation.sample_tangle(cfg, creation.sample_rng(cfg, index), loops, index)
         assert creation.tangle_violations(list(tangle.loops), cfg) == [] and connected_pieces(tangle) == 1
@@ -124,5 +140,5 @@ def test_a_narrow_loop_range_places_every_sample(loops):
 def test_the_loop_radius_flags_it_ignores_are_not_checked():
     """Balanced loops are sized by their ink share, so --max-radius cannot make a small canvas refuse it."""
     with pytest.raises(ValueError, match="--max-radius"):
-        Config(size=768)
-    assert Config(size=768, balanced=True).size == 768
+        Config(size=768, original_shapes=True)
+    assert Config(size=768).size == 768

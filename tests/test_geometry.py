@@ -10,7 +10,7 @@ from creation import Config
 
 CFG = Config()
 # A small world so property tests can draw many samples quickly.
-SMALL = Config(n=1, size=512, interior_margin=20, min_radius=50, max_radius=110, min_loops=2,
+SMALL = Config(n=1, size=512, interior_margin=20, original_shapes=True, min_radius=50, max_radius=110, min_loops=2,
                max_loops=6, points_per_loop=300)
 
 
@@ -112,6 +112,48 @@ def test_strands_close_only_at_a_crossing_are_excused():
     assert creation.tangle_violations(loops, CFG) == []
 
 
+@pytest.mark.parametrize("gap_px, broken", [(12.0, True), (16.0, False)])
+def test_concentric_rings_inside_the_parallel_gap_fail(gap_px, broken):
+    # Clear of min_gap everywhere, but side by side all the way round when under 15 px apart.
+    rings = [circle(512, 512, 200), circle(512, 512, 200 + gap_px)]
+    assert creation.tangle_violations(rings, CFG) == (["parallel"] if broken else [])
+
+
+@pytest.mark.parametrize("gap_px, broken", [(11.0, True), (12.0, True), (14.0, False)])
+def test_a_near_tangent_approach_is_a_parallel_stretch(gap_px, broken):
+    # Two r = 200 rings nearly touching stay within 15 px for 2 sqrt((15 - gap) r) of arc: 57, 49, 28 px.
+    # Such an approach reads as a fork where a person tracing one loop may switch to the other.
+    loops = [circle(312, 512, 200), circle(712 + gap_px, 512, 200)]
+    run = creation.longest_parallel_run_px(loops, CFG)
+    assert run == pytest.approx(2 * np.sqrt((15 - gap_px) * 200), abs=4)
+    assert creation.tangle_violations(loops, CFG) == (["parallel"] if broken else [])
+
+
+def test_strands_near_a_shallow_crossing_are_not_a_parallel_stretch():
+    # Rings crossing at 36 degrees stay within 15 px for about 50 px round each crossing.
+    loops = [circle(312, 512, 200), circle(692, 512, 200)]
+    _, crossings, _ = creation.find_all_events(loops, CFG)
+    assert crossings.angle_deg.min() < 40
+    assert creation.tangle_violations(loops, CFG) == []
+
+
+def limacon(inner_px, outer_px=200.0, count=900):
+    """A loop with one inner lobe that reaches inner_px from its self-crossing (the pole, at the centre)."""
+    a, b = (outer_px + inner_px) / 2, (outer_px - inner_px) / 2
+    t = np.linspace(0, 2 * np.pi, count, endpoint=False)
+    r = b + a * np.cos(t)
+    return np.column_stack([512 + r * np.cos(t), 512 + r * np.sin(t)])
+
+
+@pytest.mark.parametrize("inner_px, too_small", [(45.0, True), (90.0, False)])
+def test_a_curl_must_reach_min_curl_px(inner_px, too_small):
+    loop = limacon(inner_px)
+    segs, crossings, _ = creation.find_all_events([loop], CFG)
+    assert crossings.is_self.sum() == 1
+    assert creation.lobe_reach_px(segs, crossings) == pytest.approx(inner_px, abs=1.5)
+    assert ("curl_size" in creation.tangle_violations([loop], CFG)) == too_small
+
+
 def test_loop_leaving_the_margin_is_reported():
     assert "interior_margin" in creation.tangle_violations([circle(100, 512, 80)], CFG)
 
@@ -123,8 +165,8 @@ def test_loop_leaving_the_margin_is_reported():
     ({"n": 0}, "--n"),
     ({"seed": -1}, "--seed"),
     ({"min_loops": 8, "max_loops": 5}, "--min-loops 8 exceeds --max-loops 5"),
-    ({"min_radius": 300}, "--min-radius"),
-    ({"max_radius": 600}, "--max-radius 600"),
+    ({"min_radius": 300, "original_shapes": True}, "--min-radius"),
+    ({"max_radius": 600, "original_shapes": True}, "--max-radius 600"),
     ({"interior_margin": 600}, "--interior-margin 600"),
     ({"min_gap": float("nan")}, "--min-gap"),
     ({"stroke_width": 0}, "--stroke-width"),
@@ -132,9 +174,15 @@ def test_loop_leaving_the_margin_is_reported():
     ({"min_gap": 5.5}, "raise --min-gap to at least 6"),
     ({"min_curvature_radius": 1.5}, "--min-curvature-radius 1.5 is tighter"),
     ({"min_crossing_angle": 90}, "--min-crossing-angle"),
-    ({"radius_jitter": 1.0}, "--radius-jitter"),
+    ({"radius_jitter": 1.0, "original_shapes": True}, "--radius-jitter"),
     ({"min_waypoints": 3}, "--min-waypoints"),
     ({"points_per_loop": 10}, "--points-per-loop"),
+    ({"points_per_loop": 100_000_000}, "--points-per-loop must be at most 20,000"),
+    ({"size": 99_999_999_999}, "--size must be at most 8,192"),
+    ({"size": 30_000}, "--size must be at most 8,192"),
+    ({"parallel_gap": -1}, "--parallel-gap"),
+    ({"max_parallel_run": float("inf")}, "--max-parallel-run"),
+    ({"min_curl_px": -5}, "--min-curl-px"),
 ])
 def test_invalid_config_names_the_flag_and_value(changes, text):
     with pytest.raises(ValueError, match=text):
@@ -196,7 +244,7 @@ def test_sample_streams_do_not_alias_across_seed_and_index():
 @pytest.mark.parametrize("impossible, rule, knob", [
     ({"min_crossing_angle": 89}, "crossing_angle", "--min-crossing-angle"),
     ({"min_gap": 200}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
-    ({"max_waypoints": 1000}, "curvature", "--max-waypoints"),  # passes the config checks, never draws a loop
+    ({"max_waypoints": 1000, "original_shapes": True}, "curvature", "--max-waypoints"),  # passes the config checks, never draws a loop
 ])
 def test_impossible_sample_names_index_seed_the_rule_it_breaks_and_its_knob(impossible, rule, knob):
     cfg = Config(seed=7, min_loops=11, max_loops=11, loop_attempts=40, sample_restarts=1, **impossible)

@@ -77,7 +77,7 @@ def test_canonical_command_regenerates_the_config(tiny_dataset):
 
 @given(st.floats(0.0, 0.44, allow_subnormal=False), st.floats(150.0, 180.0))
 def test_canonical_command_keeps_every_digit(angle_jitter, min_radius):
-    cfg = creation.Config(angle_jitter=angle_jitter, min_radius=min_radius)
+    cfg = creation.Config(angle_jitter=angle_jitter, original_shapes=True, min_radius=min_radius)
     argv = creation.canonical_command(cfg).split()[2:]
     assert creation.config_from_args(creation.build_parser().parse_args(argv)) == cfg
 
@@ -207,11 +207,16 @@ def test_overlay_changes_only_pixels_on_loops_and_crossing_rings():
     dense = np.concatenate([(p[:, None] + steps * (np.roll(p, -1, axis=0) - p)[:, None]).reshape(-1, 2)
                             for p in tangle.loops])
     to_loop = creation.cKDTree(dense).query(centres)[0]
-    to_crossing = creation.cKDTree(tangle.crossings.point).query(centres)[0]
     on_stroke = to_loop <= cfg.stroke_width / 2 + 0.75
-    # A 2 px ring drawn inside radius R covers R-2..R, give or take rasterisation.
-    on_ring = (to_crossing >= creation.CROSSING_RING_PX - 3.5) & (to_crossing <= creation.CROSSING_RING_PX + 1.5)
-    assert np.all(on_stroke | on_ring)
+    # A 2 px ring drawn inside radius R covers R-2..R, give or take rasterisation; a self-crossing
+    # gets a square of that half-side, whose distance is the largest coordinate difference.
+    on_ring = np.zeros(len(centres), dtype=bool)
+    for is_self, metric in ((False, 2), (True, np.inf)):
+        marks = tangle.crossings.point[tangle.crossings.is_self == is_self]
+        if len(marks):
+            to_mark = creation.cKDTree(marks).query(centres, p=metric)[0]
+            on_ring |= (to_mark >= creation.CROSSING_RING_PX - 3.5) & (to_mark <= creation.CROSSING_RING_PX + 1.5)
+    assert tangle.crossings.is_self.any() and np.all(on_stroke | on_ring)
     # Every loop got its own colour: the painted stroke pixels show as many hues as loops.
     painted = overlay[np.isin(overlay.reshape(-1, 3) @ [65536, 256, 1],
                               np.array(creation.REVIEW_COLOURS) @ [65536, 256, 1]).reshape(overlay.shape[:2])]

@@ -18,9 +18,9 @@ FINGERPRINTS = Path(__file__).with_name("output_fingerprints.json")
 # A few samples from each mode whose output a change could touch alone.
 PROBES = [
     (creation.Config(n=7, seed=0), range(3)),
-    (creation.Config(n=7, seed=1, balanced=True), range(2)),
-    (creation.Config(n=4, seed=0, balanced=True, min_loops=5, max_loops=5), range(1)),  # curls scale with max_loops
-    (creation.Config(n=5, seed=2, answers="uniform", stroke_width=5.0, size=768, min_radius=100,
+    (creation.Config(n=7, seed=1, original_shapes=True), range(2)),
+    (creation.Config(n=4, seed=0, min_loops=5, max_loops=5), range(1)),  # curls scale with max_loops
+    (creation.Config(n=5, seed=2, answers="uniform", stroke_width=5.0, size=768, original_shapes=True, min_radius=100,
                      max_radius=200, min_loops=3, max_loops=6), range(2)),
 ]
 
