@@ -1,6 +1,6 @@
 """Tests for the lmms-eval hooks in integrations/lmms_eval (lmms-eval itself not needed).
 
-utils.py imports score_answer from creation.py in the repo root, so these run
+utils.py loads scoring.py from the repo root (never creation.py), so these run
 against the real scorer.
 """
 
@@ -84,7 +84,8 @@ def test_doc_to_text_adds_the_answer_format(utils, doc):
     ],
 )
 def test_process_results_scores_the_generation(utils, doc, response, score):
-    assert utils.process_results(doc, [response]) == {"exact_match": score}
+    # exact_match is still a plain float per doc; the other metrics (tested below) ride beside it.
+    assert utils.process_results(doc, [response])["exact_match"] == score
 
 
 def test_yaml_names_hooks_that_exist():
@@ -105,5 +106,11 @@ def test_yaml_names_hooks_that_exist():
     assert config["test_split"] in config["dataset_kwargs"]["data_files"]
     for hook in ("doc_to_visual", "doc_to_text", "process_results"):
         assert callable(config[hook])
-    assert config["metric_list"] == [{"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}]
+    assert config["metric_list"][0] == {"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}
+    metrics = {entry["metric"]: entry for entry in config["metric_list"]}
+    # lmms-eval looks up each key process_results returns in metric_list (some releases fail on a stray one).
+    assert set(metrics) == {"exact_match", *utils.ITEM_METRICS}
+    for name in utils.ITEM_METRICS:
+        assert callable(metrics[name]["aggregation"])
+        assert isinstance(metrics[name]["higher_is_better"], bool)
     assert config["lmms_eval_specific_kwargs"]["default"]["post_prompt"] == f"\n{utils.ANSWER_FORMAT}"

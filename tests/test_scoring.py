@@ -1,4 +1,4 @@
-"""The answer scorer and the predictions evaluator in creation.py."""
+"""The answer scorer and the predictions evaluator in scoring.py."""
 
 import doctest
 import json
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import creation as scoring
-from creation import evaluate_predictions, extract_answer, format_report, score_answer
+import scoring
+from scoring import evaluate_predictions, extract_answer, format_report, score_answer
 
 # ---------------------------------------------------------------------------
 # extract_answer: a table of realistic replies
