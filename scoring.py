@@ -1001,11 +1001,12 @@ def _dataset_line(info: dict) -> str:
 
 def _confusion_lines(confusion: dict) -> list[str]:
     columns = sorted({column for row in confusion.values() for column in row}, key=_column_order)
-    width = max([5] + [len(str(column)) + 1 for column in columns])
-    lines = [f"{'truth':>5}  " + "".join(f"{column:>{width}}" for column in columns) + "   (rows: truth, columns: reading)"]
+    widths = [max(4, len(str(column))) + 1 for column in columns]
+    lines = [f"{'truth':>5} " + "".join(f"{column:>{w}}" for column, w in zip(columns, widths))
+             + "   (rows: truth, columns: reading)"]
     for truth in sorted(confusion, key=_column_order):
         row = confusion[truth]
-        lines.append(f"{truth:>5}  " + "".join(f"{row.get(column, 0) or '.':>{width}}" for column in columns))
+        lines.append(f"{truth:>5} " + "".join(f"{row.get(column, 0) or '.':>{w}}" for column, w in zip(columns, widths)))
     return lines
 
 
