@@ -572,6 +572,11 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)  # bool is an int subclass: true is no 1
 
 
+def _normalise_image_path(path):
+    # Predictions written on Windows or with a "./" prefix name the same file.
+    return posixpath.normpath(path.replace("\\", "/"))
+
+
 def load_records(dataset_dir) -> list[dict]:
     """The records of DIR/annotations.jsonl, in file order; EvaluationError names the file and line of a bad one."""
     path = Path(dataset_dir) / ANNOTATIONS_FILE
@@ -745,11 +750,6 @@ def _parsed_lines(path: Path, text: str) -> Iterator[tuple[str, object]]:
 
 # ---------------------------------------------------------------------------
 # Grading: each item's reading, then the figures over all of them
-
-
-def _normalise_image_path(path):
-    # Predictions written on Windows or with a "./" prefix name the same file.
-    return posixpath.normpath(path.replace("\\", "/"))
 
 
 def _wilson_interval(successes, trials, confidence=0.95):
