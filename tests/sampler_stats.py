@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import creation  # noqa: E402
 
 RULES = ["curvature", "interior_margin", "disconnected", "crossing_budget", "crossing_angle",
-         "crossing_separation", "same_pair_separation", "min_gap", "restart"]
+         "crossing_separation", "same_pair_separation", "curl_size", "min_gap", "parallel", "restart"]
 
 
 def rule_costs(cfg, per_n, seed):
@@ -94,8 +94,9 @@ def main():
     parser.add_argument("--max-n", type=int, default=6, help="largest N in the comparison")
     parser.add_argument("--budget", type=int, default=3000, help="whole-sample attempts before giving up")
     parser.add_argument("--seed", type=int, default=123)
+    parser.add_argument("--original-shapes", action="store_true", help="the original description's loop shapes")
     args = parser.parse_args()
-    cfg = creation.Config()
+    cfg = creation.Config(original_shapes=args.original_shapes)
     if args.per_n:
         rule_costs(cfg, args.per_n, args.seed)
     if args.compare:

@@ -1,4 +1,4 @@
-"""The answer scorer and the predictions evaluator in creation.py."""
+"""The answer scorer and the predictions evaluator in scoring.py."""
 
 import doctest
 import json
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import creation as scoring
-from creation import evaluate_predictions, extract_answer, format_report, score_answer
+import scoring
+from scoring import evaluate_predictions, extract_answer, format_report, score_answer
 
 # ---------------------------------------------------------------------------
 # extract_answer: a table of realistic replies
@@ -653,3 +653,384 @@ def test_format_report_shortens_a_long_missing_list(tmp_path):
 def test_format_report_accepts_a_json_round_trip(mixed_predictions):
     report = json.loads(json.dumps(evaluate_predictions(RECORDS, mixed_predictions)))
     assert " 11      1        0     0.000" in format_report(report)
+
+
+# ---------------------------------------------------------------------------
+# The command line and the report (issue 18), on a tiny hand-made dataset
+# ---------------------------------------------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHA = ["a" * 64, "b" * 64, "c" * 64, "d" * 64, "e" * 64]
+TINY = [  # answers 3, 3, 4, 4, 5; crossings 1, 2, 3, 4, 10
+    {"image": f"images/tangled_loops_0000{i}.png", "index": i, "answer": answer, "seed": 11,
+     "num_crossings": crossings, "pixel_sha256": SHA[i]}
+    for i, (answer, crossings) in enumerate([(3, 1), (3, 2), (4, 3), (4, 4), (5, 10)])
+]
+# Right, over by one, right, unparsable; item 4 (answer 5) missing.
+TINY_REPLIES = ["Answer: 3", "I count 4 loops.", "four", "I cannot tell."]
+
+
+def write_dataset(folder, records=TINY, data=True):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "annotations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    if data:
+        (folder / "data.json").write_text(json.dumps({
+            "task": "tangled_loops", "generator_version": "9.9.9",
+            "config": {"n": len(records), "seed": 11, "original_shapes": False, "answers": "equal"},
+            "samples": records}, indent=1), encoding="utf-8")
+    return folder
+
+
+def write_predictions(path, rows):
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    dataset = write_dataset(tmp_path / "data")
+    predictions = write_predictions(tmp_path / "predictions.jsonl", [
+        {"index": i, "response": reply} for i, reply in enumerate(TINY_REPLIES)])
+    return dataset, predictions
+
+
+def evaluate_cli(*args, prog=None):
+    command = [sys.executable, str(ROOT / (prog or "scoring.py")), *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_every_figure_of_the_tiny_report_checked_by_hand(tiny):
+    dataset, predictions = tiny
+    report = evaluate_predictions(scoring.load_records(dataset), predictions, dataset)
+    assert report["dataset"] == {"folder": str(dataset), "generator_version": "9.9.9", "seed": 11, "n": 5,
+                                 "mode": "budgeted", "answers": "equal"}
+    assert (report["n_items"], report["n_predicted"], report["n_missing"], report["n_correct"]) == (5, 4, 1, 2)
+    assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "none": 1}, 5: {"missing": 1}}
+    assert report["bias"] == pytest.approx(1 / 3)  # errors 0, +1, 0 over the three parsed replies
+    assert report["mean_abs_error"] == pytest.approx(1 / 3)
+    assert report["baseline_constant"] == {"answer": 3, "accuracy": 0.4}  # 3 and 4 tie at 2 of 5: the smaller
+    assert report["chance"] == pytest.approx(1 / 3)
+    # Quartile edges of crossings [1, 2, 3, 4, 10] are 2, 3, 4; right: items 0 and 2.
+    assert report["per_crossings"] == [
+        {"crossings": [1, 1], "n_items": 1, "n_correct": 1, "accuracy": 1.0},
+        {"crossings": [2, 2], "n_items": 1, "n_correct": 0, "accuracy": 0.0},
+        {"crossings": [3, 3], "n_items": 1, "n_correct": 1, "accuracy": 1.0},
+        {"crossings": [4, 10], "n_items": 2, "n_correct": 0, "accuracy": 0.0},
+    ]
+
+
+def test_json_report_carries_confusion_and_baselines_with_string_keys(tiny):
+    dataset, predictions = tiny
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["confusion"] == {"3": {"3": 1, "4": 1}, "4": {"4": 1, "none": 1}, "5": {"missing": 1}}
+    assert report["baseline_constant"] == {"answer": 3, "accuracy": 0.4}
+    assert report["dataset"]["generator_version"] == "9.9.9"
+    assert format_report(report) == evaluate_cli("--evaluate", predictions, "--dataset", dataset).stdout.rstrip("\n")
+
+
+def test_text_report_shows_the_dataset_baselines_crossings_and_confusion(tiny):
+    dataset, predictions = tiny
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"dataset        {dataset}  (generator 9.9.9, seed 11, n 5, mode budgeted)"
+    assert "bias            +0.333  (mean signed error: + counts too many)" in lines
+    assert "best constant    0.400  (always answering 3)" in lines
+    assert "chance           0.333  (1 / 3 distinct answers)" in lines
+    assert "     4-10      2        0     0.000" in lines
+    header = lines.index("truth     3    4 none missing   (rows: truth, columns: reading)")
+    assert lines[header + 1:] == ["    3     1    1    .       .",
+                                  "    4     .    1    1       .",
+                                  "    5     .    .    .       1"]
+
+
+def test_a_dataset_without_data_json_is_unknown(tmp_path):
+    dataset = write_dataset(tmp_path / "data", data=False)
+    predictions = write_predictions(tmp_path / "p.jsonl", [{"index": 0, "response": "3"}])
+    report = evaluate_predictions(scoring.load_records(dataset), predictions, dataset)
+    assert report["dataset"] == {"folder": str(dataset), "generator_version": "unknown", "seed": "unknown",
+                                 "n": "unknown", "mode": "unknown"}
+
+
+def test_report_dir_writes_four_files_atomically_and_keeps_foreign_ones(tiny, tmp_path):
+    Image = pytest.importorskip("PIL.Image")
+    dataset, predictions = tiny
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    (report_dir / "notes.txt").write_text("mine")
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--report-dir", report_dir)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in report_dir.iterdir()) == [
+        "accuracy_by_count.png", "confusion.png", "notes.txt", "per_item.jsonl", "report.txt"]
+    assert (report_dir / "notes.txt").read_text() == "mine"
+    assert (report_dir / "report.txt").read_text(encoding="utf-8") == result.stdout
+    rows = [json.loads(line) for line in (report_dir / "per_item.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert rows == [
+        {"image": TINY[0]["image"], "answer": 3, "predicted": 3, "correct": True, "reply_tail": "Answer: 3"},
+        {"image": TINY[1]["image"], "answer": 3, "predicted": 4, "correct": False, "reply_tail": "I count 4 loops."},
+        {"image": TINY[2]["image"], "answer": 4, "predicted": 4, "correct": True, "reply_tail": "four"},
+        {"image": TINY[3]["image"], "answer": 4, "predicted": None, "correct": False, "reply_tail": "I cannot tell."},
+        {"image": TINY[4]["image"], "answer": 5, "predicted": None, "correct": False, "reply_tail": None},
+    ]
+    for name in ("accuracy_by_count.png", "confusion.png"):
+        with Image.open(report_dir / name) as image:
+            assert image.format == "PNG" and image.width > 100 and image.height > 100
+    before = {p.name: p.read_bytes() for p in report_dir.iterdir()}
+    assert evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--report-dir", report_dir).returncode == 0
+    assert {p.name: p.read_bytes() for p in report_dir.iterdir()} == before  # reruns are byte-identical
+
+
+def test_reply_tail_is_the_last_200_characters(tiny, tmp_path):
+    dataset, _ = tiny
+    reply = "x" * 500 + " Answer: 3"
+    predictions = write_predictions(tmp_path / "p.jsonl", [{"index": 0, "response": reply}])
+    _, rows = scoring.grade(scoring.load_records(dataset), predictions, dataset)
+    assert rows[0]["reply_tail"] == reply[-200:] and len(rows[0]["reply_tail"]) == 200
+
+
+# --- no silent wrong dataset
+
+@pytest.mark.parametrize("field, value", [("pixel_sha256", "f" * 64), ("seed", 12), ("answer", 9), ("answer", "9")])
+def test_a_passed_through_field_from_another_dataset_stops_the_run(tiny, tmp_path, field, value):
+    dataset, _ = tiny
+    rows = [{"index": i, "response": "3", **{f: TINY[i][f] for f in ("pixel_sha256", "seed", "answer")}}
+            for i in range(3)]
+    rows[2][field] = value
+    predictions = write_predictions(tmp_path / "p.jsonl", rows)
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (f"scoring.py: error: {predictions} line 3: {field} does not match {TINY[2]['image']} "
+                             f"in {dataset}: graded against the wrong dataset?\n")
+
+
+def test_matching_passed_through_fields_grade(tiny, tmp_path):
+    dataset, _ = tiny
+    rows = [{"index": 0, "response": "3", "pixel_sha256": SHA[0].upper(), "seed": "11", "answer": "3"}]
+    report = evaluate_predictions(TINY, write_predictions(tmp_path / "p.jsonl", rows), dataset)
+    assert report["n_correct"] == 1
+
+
+# --- predictions straight from a harness
+
+def harness_sample(i, reply, with_doc):
+    """A sample as lmms-eval's evaluator logs it for this task (utils.process_results' metrics merged in)."""
+    record = TINY[i]
+    item = {"answer": record["answer"], "predicted": extract_answer(reply), "index": i,
+            "pixel_sha256": record["pixel_sha256"], "seed": record["seed"]}
+    sample = {"doc_id": i, "target": str(record["answer"]), "filtered_resps": [reply], "resps": [[reply]],
+              "exact_match": float(item["predicted"] == record["answer"]),
+              "mean_abs_error": item, "off_by_one": item, "unparsable": item, "accuracy_by_count": item}
+    if with_doc:  # older releases keep the doc, without its keys holding "image"
+        sample["doc"] = {k: v for k, v in record.items() if "image" not in k}
+    return sample
+
+
+@pytest.mark.parametrize("layout", ["jsonl", "json list", "json logs"])
+def test_lmms_eval_log_samples_are_graded(tiny, tmp_path, layout):
+    dataset, _ = tiny
+    samples = [harness_sample(i, reply, with_doc=layout != "jsonl") for i, reply in enumerate(TINY_REPLIES)]
+    if layout == "jsonl":
+        path = write_predictions(tmp_path / "2025_samples_tangled_loops.jsonl", samples)
+    else:
+        document = samples if layout == "json list" else {"args": {}, "logs": samples}
+        path = tmp_path / "samples_tangled_loops.json"
+        path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    report = evaluate_predictions(TINY, path, dataset)
+    assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "none": 1}, 5: {"missing": 1}}
+
+
+def test_lmms_eval_sample_without_identity_falls_back_to_doc_id_and_checks_target(tiny, tmp_path):
+    dataset, _ = tiny
+    sample = {"doc_id": 1, "target": "3", "filtered_resps": ["Answer: 3"]}
+    assert evaluate_predictions(TINY, write_predictions(tmp_path / "a.jsonl", [sample]))["n_correct"] == 1
+    wrong = write_predictions(tmp_path / "b.jsonl", ["", {**sample, "target": "4"}])
+    with pytest.raises(ValueError, match=r"b.jsonl line 2: answer does not match .*00001.png"):
+        evaluate_predictions(TINY, wrong, dataset)
+
+
+@pytest.mark.parametrize("delimiter, suffix", [(",", ".csv"), ("\t", ".tsv"), ("\t", ".txt")])
+def test_vlmevalkit_tables_are_graded(tiny, tmp_path, delimiter, suffix):
+    dataset, _ = tiny
+    path = tmp_path / f"model_TangledLoops{suffix}"
+    lines = [delimiter.join(["index", "question", "answer", "prediction"])]
+    for i, reply in enumerate(TINY_REPLIES):
+        lines.append(delimiter.join([str(i), "How many?", str(TINY[i]["answer"]), f'"{reply}, really"']))
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    report = evaluate_predictions(TINY, path, dataset)
+    assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "none": 1}, 5: {"missing": 1}}
+
+
+def test_vlmevalkit_table_with_the_wrong_answers_stops(tiny, tmp_path):
+    dataset, _ = tiny
+    path = tmp_path / "p.csv"
+    path.write_text("index,answer,prediction\n0,3,3\n1,7,3\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"p.csv line 3: answer does not match"):
+        evaluate_predictions(TINY, path, dataset)
+
+
+# --- every malformed input: exit 2, one line naming the file and the line, no traceback
+
+DEEP = "[" * 1000 + "]" * 1000
+BAD_ANNOTATIONS = {
+    "no answer": ({"image": "images/a.png", "index": 1}, "line 2: the record has no 'answer'"),
+    "no image": ({"index": 1, "answer": 3}, "line 2: the record has no 'image'"),
+    "a list": ([1, 2], "line 2: expected a JSON object, got list"),
+    "deep": (DEEP, "line 2: not a JSON record (nested too deeply)"),
+    "huge index": ('{"image": "images/b.png", "answer": 3, "index": ' + "1" * 1_000_000 + "}",
+                   "line 2: not a JSON record (Exceeds the limit"),
+    "duplicate": (TINY[0], "line 2: repeats image 'images/tangled_loops_00000.png' (first on line 1)"),
+    "bad utf-8": (b'{"image": "images/\xff.png", "index": 1, "answer": 3}', "line 2: not UTF-8 text (byte 0xff)"),
+}
+BAD_PREDICTIONS = {
+    "a list": ([0, "3"], "line 2: expected a JSON object, got list"),
+    "deep": (DEEP, "line 2: malformed JSON (nested too deeply)"),
+    "deep inside": ('{"index": 1, "response": "3", "x": ' + DEEP + "}", "line 2: malformed JSON (nested too deeply)"),
+    "huge index": ('{"index": ' + "1" * 1_000_000 + ', "response": "3"}', "line 2: malformed JSON (Exceeds the limit"),
+    "duplicate": ({"index": 0, "response": "4"}, "line 2: duplicate prediction for 'images/tangled_loops_00000.png' "
+                                                  "(first given on line 1)"),
+    "bad utf-8": (b'{"index": 1, "response": "\xc3("}', "line 2: not UTF-8 text (byte 0xc3)"),
+}
+
+
+def raw_line(value):
+    if isinstance(value, bytes):
+        return value
+    return (value if isinstance(value, str) else json.dumps(value)).encode("utf-8")
+
+
+def assert_one_line_error(result, path, message):
+    assert result.returncode == 2 and result.stdout == ""
+    assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"scoring.py: error: {path}")
+    assert message in result.stderr and len(result.stderr) < 400
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ANNOTATIONS))
+def test_a_malformed_annotation_is_one_line(tmp_path, case):
+    dataset = write_dataset(tmp_path / "data", TINY[:1])
+    value, message = BAD_ANNOTATIONS[case]
+    path = dataset / "annotations.jsonl"
+    path.write_bytes(path.read_bytes() + raw_line(value) + b"\n")
+    predictions = write_predictions(tmp_path / "p.jsonl", [{"index": 0, "response": "3"}])
+    assert_one_line_error(evaluate_cli("--evaluate", predictions, "--dataset", dataset), f"{path}, {message}", "")
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PREDICTIONS))
+def test_a_malformed_prediction_is_one_line(tiny, tmp_path, case):
+    dataset, _ = tiny
+    value, message = BAD_PREDICTIONS[case]
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(raw_line({"index": 0, "response": "3"}) + b"\n" + raw_line(value) + b"\n")
+    assert_one_line_error(evaluate_cli("--evaluate", path, "--dataset", dataset), f"{path} {message}", "")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("index,prediction\n0,3\n1,3,extra\n", "line 3: 3 cells, the header has 2"),
+    ("index,prediction\n" + "1" * 5000 + ",3\n", "line 2: unknown index '1111"),  # past int()'s digit limit
+    ("index,prediction\n" + "1" * 1_000_000 + ",3\n", "line 2: not a ','-separated table (field larger"),
+    ("question,prediction\nhow many,3\n", "line 1: a prediction table needs"),
+])
+def test_a_malformed_table_row_is_one_line(tiny, tmp_path, content, message):
+    dataset, _ = tiny
+    path = tmp_path / "p.csv"
+    path.write_text(content, encoding="utf-8")
+    assert_one_line_error(evaluate_cli("--evaluate", path, "--dataset", dataset), f"{path} {message}", "")
+
+
+@pytest.mark.parametrize("sample, message", [
+    ({"doc_id": 0, "filtered_resps": [[["deep"]]] * 0}, "line 1: no reply text"),
+    ({"doc_id": "0", "filtered_resps": ["3"]}, "line 1: the sample names no item"),
+    ({"doc_id": 9, "filtered_resps": ["3"]}, "line 1: doc_id 9 is past the dataset's 5 records"),
+])
+def test_a_malformed_harness_sample_is_one_line(tiny, tmp_path, sample, message):
+    dataset, _ = tiny
+    path = write_predictions(tmp_path / "s.jsonl", [sample])
+    assert_one_line_error(evaluate_cli("--evaluate", path, "--dataset", dataset), f"{path} {message}", "")
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
+    records = [{"image": f"images/tangled_loops_{i:05d}.png", "index": i, "answer": 3} for i in range(5000)]
+    dataset = write_dataset(tmp_path / "data", records)
+    predictions = write_predictions(tmp_path / "p.jsonl", [])  # every image missing: a report of some 200 KB
+    result = subprocess.run(
+        f'"{sys.executable}" "{ROOT / "scoring.py"}" --evaluate "{predictions}" --dataset "{dataset}" --json | head -1',
+        shell=True, capture_output=True, text=True, timeout=120)
+    assert result.stdout == "{\n"
+    assert result.stderr == ""
+
+
+def test_generation_flags_are_refused_in_one_line(tiny):
+    dataset, predictions = tiny
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--n", "5", "--seed=3", "--overlays")
+    assert result.returncode == 2
+    assert result.stderr == ("scoring.py: error: --evaluate grades predictions and takes only --dataset, --json and "
+                             "--report-dir, not --n, --seed, --overlays\n")
+
+
+def test_creation_py_forwards_evaluation_with_its_own_name(tiny, tmp_path):
+    dataset, predictions = tiny
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--json", prog="creation.py")
+    assert result.returncode == 0 and json.loads(result.stdout)["n_correct"] == 2
+    result = evaluate_cli("--eval", tmp_path / "nothing.jsonl", "--dataset", dataset, prog="creation.py")
+    assert result.returncode == 2 and result.stderr.startswith("creation.py: error: ")
+    assert "nothing.jsonl: No such file or directory" in result.stderr
+    result = evaluate_cli("--report-dir", tmp_path / "r", prog="creation.py")
+    assert result.returncode == 2 and "apply to --evaluate only" in result.stderr
+
+
+# --- scoring.py needs the standard library only
+
+BLOCKED = ("numpy", "scipy", "PIL", "tqdm", "skimage", "creation")
+STDLIB_ONLY = f"""
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {BLOCKED!r}:
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, {str(ROOT)!r})
+"""
+
+
+def run_stdlib_only(code):
+    # -I -S: no site-packages, no PYTHONPATH, no current folder; the finder also refuses the heavy packages.
+    return subprocess.run([sys.executable, "-I", "-S", "-c", STDLIB_ONLY + code],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_scoring_imports_and_grades_with_the_standard_library_only(tiny):
+    dataset, predictions = tiny
+    result = run_stdlib_only(f"""
+for name in {BLOCKED!r}:
+    try:
+        __import__(name)
+    except ImportError:
+        pass
+    else:
+        raise SystemExit("the test cannot fail: " + name + " imports")
+import scoring
+assert scoring.extract_answer("Answer: 7") == 7
+raise SystemExit(scoring.main(["--evaluate", {str(predictions)!r}, "--dataset", {str(dataset)!r}, "--json"]))
+""")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["n_correct"] == 2
+
+
+def test_report_dir_without_pillow_is_one_line_and_writes_nothing(tiny, tmp_path):
+    dataset, predictions = tiny
+    report_dir = tmp_path / "reports"
+    result = run_stdlib_only(f"""
+import scoring
+raise SystemExit(scoring.main(["--evaluate", {str(predictions)!r}, "--dataset", {str(dataset)!r},
+                               "--report-dir", {str(report_dir)!r}]))
+""")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == ("scoring.py: error: --report-dir draws its plots with Pillow, which is not installed "
+                             "(pip install pillow)\n")
+    assert not report_dir.exists()
