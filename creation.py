@@ -2562,7 +2562,8 @@ def usable_cores() -> int:
 
 def build_parser() -> OneLineParser:
     d = Config()
-    p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.")
+    p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.",
+                      epilog="Publish a dataset: --export-hub OUT or --export-vlmevalkit FILE.tsv, with --dataset DIR.")
     run = p.add_argument_group("dataset")
     run.add_argument("--n", type=int, default=d.n, help=f"number of images (default {d.n})")
     run.add_argument("--seed", type=int, default=d.seed, help=f"run seed, non-negative (default {d.seed})")
@@ -2660,6 +2661,11 @@ def run_evaluation(predictions: Path, dataset_dir: Path, as_json: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if any(arg.split("=", 1)[0] in ("--export-hub", "--export-vlmevalkit") for arg in argv):
+        import export  # the exporter lives in export.py; generating never loads it
+
+        return export.main(argv, prog="creation.py")
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.evaluate is not None:
