@@ -236,6 +236,9 @@ def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str:
                 return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
     except ExportError:
         raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ExportError(f"{path} claims far more pixels than its record's {width} x {height} "
+                          "(a decompression bomb?)") from None
     except Exception as error:  # Pillow reports a damaged or hostile file by many exception types
         raise ExportError(f"{path} is not a readable PNG ({type(error).__name__}: {error})") from None
 
@@ -618,7 +621,10 @@ def build_parser(prog: str) -> OneLineParser:
 
 
 def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
-    args = build_parser(prog).parse_args(argv)
+    try:
+        args = build_parser(prog).parse_args(argv)
+    except SystemExit as stop:  # a bad flag (status 2, one line already printed) or --help (0)
+        return stop.code
     out = args.export_hub or args.export_vlmevalkit
     try:
         source = read_source(args.dataset)
