@@ -82,7 +82,8 @@ AUDIT_FIGURES = {
 
 # Hub feature type and meaning of each record field of schema 1; a field not listed gets its type from its values.
 FIELDS = {
-    "image": ("image", "the picture; in the records, its path inside the dataset folder"),
+    "image": ("image", "the picture, decoded to a PIL image; with `Image(decode=False)` its PNG bytes and "
+                       "its path in the generator's folder"),
     "width": ("int64", "image width, px"),
     "height": ("int64", "image height, px"),
     "num_loops": ("int64", "number of closed loops drawn (the ground truth)"),
@@ -614,7 +615,7 @@ def build_parser(prog: str) -> OneLineParser:
     target.add_argument("--export-vlmevalkit", type=folder, metavar="FILE.tsv",
                         help="write VLMEvalKit's benchmark TSV: index, image (base64 PNG), question, answer, "
                              "num_loops")
-    p.add_argument("--dataset", type=folder, default=Path(__file__).resolve().parent,
+    p.add_argument("--dataset", type=folder, default=Path(__file__).resolve().parent, metavar="DIR",
                    help="the dataset folder, as creation.py wrote it (default: the folder holding this file)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

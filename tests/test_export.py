@@ -167,7 +167,10 @@ def test_the_hub_folder_can_be_graded_with_evaluate(hub, dataset, records, tmp_p
     assert json.loads(capsys.readouterr().out)["accuracy"] == 1.0
 
 
-def test_reexport_replaces_an_earlier_export_with_identical_bytes(dataset, hub, tmp_path):
+@pytest.mark.parametrize("swap", ["exchange", "two renames"])
+def test_reexport_replaces_an_earlier_export_with_identical_bytes(dataset, hub, tmp_path, monkeypatch, swap):
+    if swap == "two renames":  # where renameat2 is missing (macOS, old C libraries)
+        monkeypatch.setattr(export, "exchange_paths", lambda first, second: False)
     out = tmp_path / "again"
     shutil.copytree(hub, out)
     (out / "data" / "test-00000-of-00009.parquet").write_bytes(b"stale shard of an earlier, larger export")
@@ -202,6 +205,21 @@ def test_tsv_reads_back_with_the_original_png_bytes(dataset, records, tmp_path):
             assert pixel_sha256(image) == record["pixel_sha256"]
         assert row[0] == str(record["index"]) and row[2] == record["question"]
         assert row[3] == str(record["answer"]) and row[4] == str(record["num_loops"])
+
+
+def test_tsv_reads_as_vlmevalkit_reads_it(dataset, records, tmp_path):
+    """VLMEvalKit loads a benchmark with pandas.read_csv(sep="\\t") and decodes `image` with b64decode."""
+    import pandas as pd
+
+    out = tmp_path / "TangledLoops.tsv"
+    assert export.main(["--export-vlmevalkit", str(out), "--dataset", str(dataset), "--quiet"]) == 0
+    table = pd.read_csv(out, sep="\t")
+    assert list(table.columns) == list(export.TSV_COLUMNS)
+    assert table["index"].tolist() == [r["index"] for r in records]
+    assert table["answer"].tolist() == [r["answer"] for r in records]
+    assert table["question"].tolist() == [r["question"] for r in records]
+    with Image.open(io.BytesIO(base64.b64decode(table["image"][0]))) as image:
+        assert pixel_sha256(image) == records[0]["pixel_sha256"]
 
 
 def test_tsv_replaces_an_earlier_tsv_but_not_another_file(dataset, tmp_path, capsys):
@@ -423,7 +441,8 @@ def test_export_needs_exactly_one_target(dataset, capsys):
 
 
 def test_importing_export_loads_no_heavy_dependency():
-    code = ("import sys, export; heavy = {'pyarrow', 'datasets', 'scipy', 'tqdm', 'creation'} & set(sys.modules); "
+    code = ("import sys, export; "
+            "heavy = {'pyarrow', 'datasets', 'scipy', 'tqdm', 'creation'} & set(sys.modules); "
             "sys.exit(sorted(heavy) or 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
