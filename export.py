@@ -351,17 +351,21 @@ def hub_types(records: list[dict]) -> dict[str, str]:
     return types
 
 
+FITS = {  # which Python values each column type stores (bool is an int subclass: not a count)
+    "int64": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float64": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+}
+
+
 def cell(value, dtype: str, name: str, index: int):
     """A record value as its column stores it; a value of another type stops the export."""
-    fits = {"int64": lambda v: isinstance(v, int) and not isinstance(v, bool),
-            "float64": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-            "bool": lambda v: isinstance(v, bool),
-            "string": lambda v: isinstance(v, str)}
     if value is None and name not in REQUIRED_FIELDS:
         return None
     if dtype == "string" and not isinstance(value, str):
         return json.dumps(value)  # an unlisted field of mixed types is kept as JSON text
-    if not fits[dtype](value):
+    if not FITS[dtype](value):
         raise ExportError(f"record {index}: {name} is {value!r}, not {dtype}")
     return float(value) if dtype == "float64" else value
 
@@ -397,6 +401,8 @@ def write_parquet_shards(source: SourceDataset, staged: Path, quiet: bool) -> tu
 
     def flush():
         nonlocal arrow_bytes
+        if not rows:
+            return  # no empty row groups
         table = pa.Table.from_pylist(rows, schema=schema)
         writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         arrow_bytes += table.nbytes

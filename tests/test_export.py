@@ -115,11 +115,17 @@ def test_parquet_files_decode_images_without_the_card(hub, records, offline):
 
 def test_many_shards_load_in_record_order(dataset, records, tmp_path, monkeypatch, offline):
     datasets, cache = offline
-    monkeypatch.setattr(export, "SHARD_BYTES", 1_200_000)  # about two images per file
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(export, "SHARD_BYTES", 1_200_000)  # two images per file
+    monkeypatch.setattr(export, "ROW_GROUP_ROWS", 2)  # so each full file also ends a row group
     out = tmp_path / "sharded"
     assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet"]) == 0
     names = sorted(path.name for path in (out / "data").iterdir())
     assert names == [f"test-{k:05d}-of-{len(names):05d}.parquet" for k in range(len(names))] and len(names) > 2
+    for name in names:
+        metadata = pq.ParquetFile(out / "data" / name).metadata
+        assert all(metadata.row_group(g).num_rows > 0 for g in range(metadata.num_row_groups)), name
     assert_rows_match(datasets.load_dataset(str(out), split="test", cache_dir=str(cache)), records)
 
 
