@@ -1943,8 +1943,9 @@ def usable_cores() -> int:
 def build_parser() -> OneLineParser:
     """Run flags by hand; every Config field becomes the flag of the same name, with its help and default."""
     p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.",
-                     epilog="--evaluate PREDICTIONS.jsonl [--dataset DIR] [--json] [--report-dir R] grades "
-                            "model replies instead (see python scoring.py --help).")
+                      epilog="Grade model replies: --evaluate PREDICTIONS.jsonl [--dataset DIR] [--json] [--report-dir R] "
+                             "(python scoring.py --help). Publish a dataset: --export-hub OUT or --export-vlmevalkit "
+                             "FILE.tsv, with --dataset DIR (python export.py --help).")
     run = p.add_argument_group("dataset")
     groups = {"dataset": run}
     run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
@@ -2005,8 +2006,13 @@ def is_evaluation_flag(arg: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Exporting and grading are programs of their own, loaded only when asked for.
+    if any(arg.split("=", 1)[0] in ("--export-hub", "--export-vlmevalkit") for arg in argv):
+        import export
+
+        return export.main(argv, prog="creation.py")
     if any(is_evaluation_flag(arg) for arg in argv):
-        import scoring  # here, not at the top: generating never needs it, and scoring.py loads no numpy
+        import scoring  # loads no numpy
 
         return scoring.main(argv, prog="creation.py")
     parser = build_parser()

@@ -1,0 +1,661 @@
+"""Publish a generated dataset: a Hugging Face Hub folder, or a VLMEvalKit TSV.
+
+creation.py makes the dataset, scoring grades replies, this file repackages a
+finished dataset folder for other tools, checking every image against its
+record on the way. creation.py forwards both commands here:
+
+    python creation.py --export-hub hub_loops --dataset .
+    python creation.py --export-vlmevalkit TangledLoops.tsv --dataset .
+
+The Hub folder uploads as it is (`huggingface-cli upload --repo-type dataset
+USER/NAME hub_loops .`) and loads with `datasets.load_dataset("hub_loops",
+split="test")` from any working directory:
+
+    README.md                          dataset card: YAML configs and features, then the prose
+    data/test-00000-of-00001.parquet   one row per record, the image embedded as its original PNG bytes
+    annotations.jsonl                  the dataset's records, byte for byte, so --evaluate --dataset works here
+    tangled_loops_export.json          marks the folder as an export (a re-export replaces it)
+
+The TSV is VLMEvalKit's single-file benchmark format: a header, then one
+tab-separated row per image with index, image (the PNG file's bytes in
+base64), question, answer and num_loops.
+
+Writing the Parquet files needs pyarrow (requirements-export.txt; datasets
+brings it); the TSV needs nothing beyond requirements.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import csv
+import ctypes
+import hashlib
+import io
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import BinaryIO, Iterator
+
+from PIL import Image
+
+# The dataset folder as creation.py writes it (kept here so exporting never imports the generator).
+TASK_NAME = "tangled_loops"
+ANNOTATIONS_FILE = "annotations.jsonl"
+DATA_FILE = "data.json"
+REQUIRED_FIELDS = ("image", "width", "height", "num_loops", "question", "answer", "index", "pixel_sha256")
+
+EXPORT_VERSION = 1  # bump when the layout of an export changes
+MARKER_FILE = "tangled_loops_export.json"  # its presence and content say "an earlier export: safe to replace"
+CARD_FILE = "README.md"
+PARQUET_DIR = "data"
+SPLIT = "test"  # a benchmark: everything is test data
+SHARD_BYTES = 500_000_000  # image bytes per Parquet file, as push_to_hub's default max_shard_size
+ROW_GROUP_ROWS = 100  # rows per Parquet row group: the Hub's viewer reads one group at a time
+LICENSE = "cc-by-4.0"  # the repository names no licence of its own
+MAX_IMAGE_BYTES = 64 << 20  # a PNG file larger than this is refused unread (the default canvas is ~0.5 MB)
+MAX_IMAGE_PIXELS = 1 << 25  # ~5800 x 5800 (128 MB as RGB): a larger width x height is refused before decoding
+
+TSV_COLUMNS = ("index", "image", "question", "answer", "num_loops")
+TSV_HEADER = "\t".join(TSV_COLUMNS)  # also the TSV's mark: a file starting with this line is an earlier export
+
+# The shortcut audit (tests/shortcuts.py) for each mode, as shown in the card: accuracy of predicting N
+# from cheap image statistics on held-out images. None renders as "not measured yet"; fill the numbers in
+# from the latest audit (each a fraction in [0, 1], images = the audited set's size, commit = where measured).
+AUDIT_FIGURES = {
+    "budgeted": {"images": 500, "commit": "generator 2.0.0, --n 500 --seed 0",
+                 "chance_exact": 0.143, "chance_within_one": 0.388,
+                 "best_single_exact": 0.168, "best_single_within_one": 0.476,
+                 "combined_exact": 0.296, "combined_within_one": 0.690},
+    "original shapes": {"images": None, "commit": None,
+                        "chance_exact": None, "chance_within_one": None,
+                        "best_single_exact": None, "best_single_within_one": None,
+                        "combined_exact": None, "combined_within_one": None},
+}
+
+# Hub feature type and meaning of each record field of schema 1; a field not listed gets its type from its values.
+FIELDS = {
+    "image": ("image", "the picture, decoded to a PIL image; with `Image(decode=False)` its PNG bytes and "
+                       "its path in the generator's folder"),
+    "width": ("int64", "image width, px"),
+    "height": ("int64", "image height, px"),
+    "num_loops": ("int64", "number of closed loops drawn (the ground truth)"),
+    "question": ("string", "the question put to the model, the same for every image"),
+    "answer": ("int64", "the correct reply, equal to num_loops"),
+    "index": ("int64", "sample index within the run, 0 .. n-1"),
+    "seed": ("int64", "the run seed; with index it fixes the sample"),
+    "num_crossings": ("int64", "crossings between two different loops"),
+    "num_self_crossings": ("int64", "crossings of a loop with itself"),
+    "min_crossing_angle_deg": ("float64", "shallowest crossing angle, degrees (null when nothing crosses)"),
+    "loop_redraws": ("int64", "candidate loops the sampler threw away before this image was accepted"),
+    "pixel_sha256": ("string", "SHA-256 of the decoded RGB pixel bytes (row-major, H x W x 3)"),
+}
+
+
+class ExportError(Exception):
+    """Bad input: the message is shown as one line and the program exits with status 2."""
+
+
+# ---------------------------------------------------------------------------
+# Reading the dataset folder without trusting it
+
+
+def inside(root: Path, relative: str) -> Path:
+    """root/relative, refused unless it is a plain relative path that stays inside root once symlinks resolve."""
+    parts = PurePosixPath(relative).parts
+    if not relative or PurePosixPath(relative).is_absolute() or ".." in parts or "\\" in relative:
+        raise ExportError(f"{relative!r} is not a relative path inside the dataset folder")
+    path = root / relative
+    real_root = os.path.realpath(root)
+    if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
+        raise ExportError(f"{path} points outside the dataset folder {root} (a symlink?)")
+    return path
+
+
+@contextlib.contextmanager
+def open_regular_file(path: Path) -> Iterator[BinaryIO]:
+    """A regular file opened for reading. A FIFO, device or folder is refused without blocking on it."""
+    try:
+        # O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise ExportError(f"{path} is missing") from None
+    except OSError as error:
+        raise ExportError(f"{path}: {error.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ExportError(f"{path} is not a regular file")
+        yield f
+
+
+def read_regular_file(path: Path, max_bytes: int | None = None) -> bytes:
+    """The bytes of a regular file, refused when it is larger than max_bytes."""
+    with open_regular_file(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise ExportError(f"{path} has {size} bytes, more than it could have ({max_bytes})")
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise ExportError(f"{path} grew past {max_bytes} bytes while being read")
+    return data
+
+
+@dataclass(frozen=True)
+class SourceDataset:
+    root: Path
+    header: dict  # data.json without its samples
+    records: list[dict]  # annotations.jsonl, in file order
+    annotations: bytes  # annotations.jsonl as it is on disk
+
+
+def read_records(path: Path, raw: bytes) -> list[dict]:
+    records = []
+    for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise ExportError(f"{path}, line {number}: not a JSON record (a copy cut short?)") from None
+        missing = [name for name in REQUIRED_FIELDS if not isinstance(record, dict) or name not in record]
+        if missing:
+            raise ExportError(f"{path}, line {number}: no {', '.join(missing)}")
+        records.append(record)
+    if not records:
+        raise ExportError(f"{path} holds no records")
+    return records
+
+
+def check_records(path: Path, records: list[dict]) -> None:
+    """Same fields in every record, integer answers, one record per index and per image."""
+    fields = list(records[0])
+    seen_index, seen_image = set(), set()
+    for number, record in enumerate(records, 1):
+        where = f"{path}, record {number}"
+        if list(record) != fields:
+            raise ExportError(f"{where}: fields differ from the first record's")
+        for name in ("index", "answer", "num_loops", "width", "height"):
+            if isinstance(record[name], bool) or not isinstance(record[name], int):
+                raise ExportError(f"{where}: {name} is {record[name]!r}, not an integer")
+        for name in ("image", "question", "pixel_sha256"):
+            if not isinstance(record[name], str):
+                raise ExportError(f"{where}: {name} is {record[name]!r}, not a string")
+        if record["index"] in seen_index or record["image"] in seen_image:
+            raise ExportError(f"{where}: a second record for index {record['index']} or {record['image']}")
+        seen_index.add(record["index"])
+        seen_image.add(record["image"])
+
+
+def read_source(root: Path) -> SourceDataset:
+    """The dataset's two files, checked against each other; images are checked as they are exported."""
+    if not root.is_dir():
+        raise ExportError(f"--dataset {root} is not a folder")
+    annotations_path = inside(root, ANNOTATIONS_FILE)
+    annotations = read_regular_file(annotations_path)
+    records = read_records(annotations_path, annotations)
+    check_records(annotations_path, records)
+    data_path = inside(root, DATA_FILE)
+    try:
+        document = json.loads(read_regular_file(data_path))
+    except ValueError:
+        raise ExportError(f"{data_path} is not a JSON document (a copy cut short?)") from None
+    keys = ("task", "generator_version", "command", "config", "question", "num_samples", "answer_histogram")
+    missing = [key for key in keys if key not in document] if isinstance(document, dict) else ["keys"]
+    if missing or not isinstance(document["config"], dict) or not isinstance(document["answer_histogram"], dict):
+        raise ExportError(f"{data_path} has no {', '.join(missing) or 'usable config'}: "
+                          "not this generator's data.json")
+    if document["num_samples"] != len(records):
+        raise ExportError(f"{annotations_path} has {len(records)} records but {data_path} says "
+                          f"{document['num_samples']}: the two files come from different runs")
+    for number, (sample, record) in enumerate(zip(document.get("samples", records), records), 1):
+        if sample != record:
+            raise ExportError(f"{annotations_path}, record {number} differs from {data_path}'s sample {number}: "
+                              "the two files come from different runs")
+    header = {key: value for key, value in document.items() if key != "samples"}
+    return SourceDataset(root, header, records, annotations)
+
+
+def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str:
+    """SHA-256 of the image's RGB pixels, decoding only a PNG of the size its record states."""
+    width, height = record["width"], record["height"]
+    if not (0 < width and 0 < height and width * height <= MAX_IMAGE_PIXELS):
+        raise ExportError(f"{path}: its record says {width} x {height} px, outside what this exporter decodes")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
+                if image.size != (width, height):
+                    raise ExportError(f"{path} is {image.size[0]} x {image.size[1]} px, "
+                                      f"its record says {width} x {height}")
+                return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
+    except ExportError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ExportError(f"{path} claims far more pixels than its record's {width} x {height} "
+                          "(a decompression bomb?)") from None
+    except Exception as error:  # Pillow reports a damaged or hostile file by many exception types
+        raise ExportError(f"{path} is not a readable PNG ({type(error).__name__}: {error})") from None
+
+
+def checked_images(source: SourceDataset, quiet: bool) -> Iterator[tuple[dict, bytes]]:
+    """(record, PNG bytes) in record order, each image's pixels checked against its record's pixel_sha256."""
+    from tqdm import tqdm  # only for the progress bar
+
+    for record in tqdm(source.records, desc="images", unit="img", disable=quiet, file=sys.stderr):
+        path = inside(source.root, record["image"])
+        png = read_regular_file(path, MAX_IMAGE_BYTES)
+        if decoded_pixels_sha256(png, path, record) != record["pixel_sha256"]:
+            raise ExportError(f"{path} is not the image its record describes (pixel_sha256 differs): "
+                              "regenerate the dataset")
+        yield record, png
+
+
+# ---------------------------------------------------------------------------
+# Where an export goes: refuse foreign folders, stage beside the target, swap in whole
+
+
+def earlier_hub_export(out: Path) -> bool:
+    """Whether `out` holds an earlier Hub export and nothing else (its marker lists every file it wrote)."""
+    try:
+        marker = json.loads(read_regular_file(inside(out, MARKER_FILE), 1 << 20))
+        written = set(marker["files"]) if marker.get("export") == "hub" else None
+    except (ExportError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    if written is None:
+        return False
+    allowed = written | {MARKER_FILE}
+    allowed |= {parent.as_posix() for name in allowed for parent in PurePosixPath(name).parents}
+    present = set()
+    for folder_path, dirs, files in os.walk(out):  # symlinked folders are listed, not entered
+        relative = PurePosixPath(Path(folder_path).relative_to(out).as_posix())
+        present |= {(relative / name).as_posix() for name in dirs + files}
+    return present <= allowed
+
+
+def check_hub_target(out: Path) -> bool:
+    """True when `out` is an earlier export to replace, False when it is absent or empty; refuses the rest."""
+    if not out.exists() and not out.is_symlink():
+        return False
+    if out.is_symlink() or not out.is_dir():
+        raise ExportError(f"--export-hub {out} exists and is not a folder")
+    if not any(out.iterdir()):
+        return False
+    if not earlier_hub_export(out):
+        raise ExportError(f"--export-hub {out} is a folder that holds files of its own, not an earlier export "
+                          f"(no {MARKER_FILE} listing them all): choose a new or empty folder")
+    return True
+
+
+def check_tsv_target(out: Path) -> None:
+    """An absent file, or an earlier TSV export (it starts with the header line); refuses the rest."""
+    if not out.exists() and not out.is_symlink():
+        return
+    try:
+        with open_regular_file(out) as f:
+            first_line = f.readline(len(TSV_HEADER) + 2)
+    except ExportError:
+        raise ExportError(f"--export-vlmevalkit {out} exists and is not a regular file") from None
+    if first_line.rstrip(b"\r\n") != TSV_HEADER.encode() or out.is_symlink():
+        raise ExportError(f"--export-vlmevalkit {out} exists and is not an earlier export "
+                          "(its first line is not the export's header): choose a new file name")
+
+
+def exchange_paths(first: Path, second: Path) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where that is not available."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError, TypeError):  # not Linux, or a C library without renameat2
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0
+
+
+def replace_folder_deleting_old(staged: Path, out: Path, replacing: bool) -> None:
+    """Put the finished `staged` folder at `out`; an earlier export there is swapped out whole, then removed."""
+    if not replacing:
+        if out.is_dir():
+            out.rmdir()  # empty, checked before staging
+        os.rename(staged, out)
+        return
+    if exchange_paths(staged, out):
+        shutil.rmtree(staged)  # now holds the earlier export
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.rename(out, old / out.name)  # out is missing between these two renames
+    os.rename(staged, out)
+    shutil.rmtree(old)
+
+
+# ---------------------------------------------------------------------------
+# The Hub folder: Parquet shards with the images embedded, then the card
+
+
+def hub_types(records: list[dict]) -> dict[str, str]:
+    """Feature type of each record field, in record order: FIELDS, or read off the values."""
+    types = {}
+    for name in records[0]:
+        if name in FIELDS:
+            types[name] = FIELDS[name][0]
+            continue
+        values = {type(record[name]) for record in records} - {type(None)}
+        types[name] = ("bool" if values == {bool} else "int64" if values == {int}
+                       else "float64" if values <= {int, float} and values else "string")
+    return types
+
+
+FITS = {  # which Python values each column type stores (bool is an int subclass: not a count)
+    "int64": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float64": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "bool": lambda v: isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+}
+
+
+def cell(value, dtype: str, name: str, index: int):
+    """A record value as its column stores it; a value of another type stops the export."""
+    if value is None and name not in REQUIRED_FIELDS:
+        return None
+    if dtype == "string" and not isinstance(value, str):
+        return json.dumps(value)  # an unlisted field of mixed types is kept as JSON text
+    if not FITS[dtype](value):
+        raise ExportError(f"record {index}: {name} is {value!r}, not {dtype}")
+    return float(value) if dtype == "float64" else value
+
+
+def arrow_schema(types: dict[str, str]):
+    """The Parquet schema, carrying the `datasets` features so the files decode images even without the card."""
+    import pyarrow as pa
+
+    arrow = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "string": pa.string(),
+             "image": pa.struct([("bytes", pa.binary()), ("path", pa.string())])}
+    features = {name: {"_type": "Image"} if dtype == "image" else {"dtype": dtype, "_type": "Value"}
+                for name, dtype in types.items()}
+    metadata = {"huggingface": json.dumps({"info": {"features": features}}, sort_keys=True)}
+    return pa.schema([(name, arrow[dtype]) for name, dtype in types.items()], metadata=metadata)
+
+
+def shard_name(k: int, count: int) -> str:
+    return f"{PARQUET_DIR}/{SPLIT}-{k:05d}-of-{count:05d}.parquet"
+
+
+def write_parquet_shards(source: SourceDataset, staged: Path, quiet: bool) -> tuple[list[str], int]:
+    """data/test-*.parquet in `staged`, a new file every SHARD_BYTES of images; (names, Arrow bytes)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ExportError("--export-hub writes Parquet and needs pyarrow: "
+                          "pip install -r requirements-export.txt") from None
+    types = hub_types(source.records)
+    schema = arrow_schema(types)
+    (staged / PARQUET_DIR).mkdir()
+    parts, rows, writer, shard_bytes, arrow_bytes = [], [], None, 0, 0
+
+    def flush():
+        nonlocal arrow_bytes
+        if not rows:
+            return  # no empty row groups
+        table = pa.Table.from_pylist(rows, schema=schema)
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        arrow_bytes += table.nbytes
+        rows.clear()
+
+    try:
+        for number, (record, png) in enumerate(checked_images(source, quiet), 1):
+            if writer is None or shard_bytes + len(png) > SHARD_BYTES and shard_bytes:
+                if writer is not None:
+                    flush()
+                    writer.close()
+                parts.append(staged / PARQUET_DIR / f"part-{len(parts):05d}.parquet")
+                writer, shard_bytes = pq.ParquetWriter(parts[-1], schema), 0
+            row = {name: cell(record[name], dtype, name, number) for name, dtype in types.items() if name != "image"}
+            rows.append({"image": {"bytes": png, "path": record["image"]}, **row})
+            shard_bytes += len(png)
+            if len(rows) == ROW_GROUP_ROWS:
+                flush()
+        flush()
+    finally:
+        if writer is not None:
+            writer.close()
+    names = [shard_name(k, len(parts)) for k in range(len(parts))]
+    for part, name in zip(parts, names):
+        part.rename(staged / name)
+    return names, arrow_bytes
+
+
+def size_category(n: int) -> str:
+    """The Hub's size_categories bucket for n rows."""
+    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+              (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M")]
+    return next((label for bound, label in bounds if n < bound), "n>1T")
+
+
+def dataset_mode(header: dict) -> str:
+    config = header["config"]
+    if "original_shapes" in config:
+        return "original shapes" if config["original_shapes"] else "budgeted"
+    return "budgeted" if config.get("balanced") else "original shapes"  # generator versions before 2.0
+
+
+def yaml_text(value) -> str:
+    """A YAML scalar: JSON's double-quoted strings and numbers are valid YAML."""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def card_front_matter(types: dict[str, str], n: int, arrow_bytes: int) -> str:
+    lines = ["---", "pretty_name: Tangled closed loops", f"license: {LICENSE}", "language:", "- en",
+             "task_categories:", "- visual-question-answering", "size_categories:", f"- {size_category(n)}",
+             "tags:", "- counting", "- visual-reasoning", "- synthetic", "- procedurally-generated",
+             f"- {TASK_NAME}",
+             "configs:", "- config_name: default", "  data_files:", f"  - split: {SPLIT}",
+             f"    path: {PARQUET_DIR}/{SPLIT}-*.parquet",
+             "dataset_info:", "  features:"]
+    for name, dtype in types.items():
+        lines += [f"  - name: {name}", f"    dtype: {dtype}"]
+    lines += ["  splits:", f"  - name: {SPLIT}", f"    num_bytes: {arrow_bytes}", f"    num_examples: {n}", "---"]
+    return "\n".join(lines) + "\n"
+
+
+def percent(value) -> str:
+    return "not measured yet" if value is None else f"{100 * value:.0f} %"
+
+
+def audit_section(mode: str) -> list[str]:
+    figures = AUDIT_FIGURES.get(mode, {})
+    lines = ["## Shortcut audit", "",
+             f"How well cheap image statistics (ink, faces, skeleton, curvature, endpoints) predict the count "
+             f"in `{mode}` mode, fitted on half of an audit set and scored on the other half "
+             "(`tests/shortcuts.py` in the generator's repository). Low numbers mean the count has to be traced.",
+             "", "| predictor | exact | within one |", "| --- | --- | --- |"]
+    for label, key in (("chance", "chance"), ("best single statistic", "best_single"),
+                       ("model over all statistics", "combined")):
+        lines.append(f"| {label} | {percent(figures.get(f'{key}_exact'))} | "
+                     f"{percent(figures.get(f'{key}_within_one'))} |")
+    if figures.get("images"):
+        at = f" ({figures['commit']})" if figures.get("commit") else ""
+        lines += ["", f"Measured on {figures['images']} images{at}."]
+    return lines + [""]
+
+
+def render_card(source: SourceDataset, types: dict[str, str], shards: list[str], arrow_bytes: int) -> str:
+    header, records = source.header, source.records
+    n = len(records)
+    mode = dataset_mode(header)
+    seed = header["config"].get("seed")
+    lines = [
+        "# Tangled closed loops: a counting benchmark", "",
+        "Each image is a tangle of smooth closed curves drawn in one dark colour on an off-white, faintly "
+        "noisy canvas. The curves cross each other and themselves, but every crossing is a clear X and no two "
+        "strands run close together elsewhere, so a careful reader can trace each loop all the way round. The "
+        "task is to say how many distinct loops there are; the answer is a positive integer. "
+        f"This release has {n} images, all in the `{SPLIT}` split.", "",
+        "## Question", "", "Every image is asked the same question:", "",
+        *[f"> {line}" for line in str(header["question"]).splitlines()], "",
+        "## Loading", "",
+        "```python", "from datasets import load_dataset", "",
+        f'ds = load_dataset("USER/NAME", split="{SPLIT}")  # or the path of this folder',
+        'ds[0]["image"]  # a PIL image; ds[0]["answer"] the loop count', "```", "",
+        "## Fields", "", "| field | type | meaning |", "| --- | --- | --- |",
+    ]
+    for name, dtype in types.items():
+        meaning = FIELDS[name][1] if name in FIELDS else "see the generator's documentation"
+        lines.append(f"| `{name}` | {dtype} | {meaning} |")
+    lines += [
+        "", "## How it was made", "",
+        f"Generated by `creation.py` version {header['generator_version']} (schema "
+        f"{header.get('schema_version', '?')}), run seed {seed}, `{mode}` mode"
+        + (" (each image's ink length, turning and crossings drawn independently of the count)"
+           if mode == "budgeted" else " (the original description's shapes, kept for comparison: the ink gives "
+                                         "the count away)") + ". The same command makes the same pixels again:", "",
+        "```bash", str(header["command"]), "```", "",
+        "## Answer histogram", "", "| loops | images |", "| --- | --- |",
+        *[f"| {count} | {images} |" for count, images in
+          sorted(header["answer_histogram"].items(), key=lambda item: int(item[0]))], "",
+        *audit_section(mode),
+        "## Evaluating", "",
+        "Ask each image the question, keep the model's whole reply, and write one JSON line per image, "
+        '`{"index": 0, "response": "...reply text..."}` (or `"image": "images/tangled_loops_00000.png"` in '
+        "place of the index). The generator's repository reads the count out of free-form replies and "
+        "grades the file against `annotations.jsonl`, which this folder carries:", "",
+        "```bash", "huggingface-cli download --repo-type dataset USER/NAME --local-dir loops",
+        "python creation.py --evaluate predictions.jsonl --dataset loops", "```", "",
+        "## Format", "",
+        f"One Parquet file per ~{SHARD_BYTES // 1_000_000} MB of images ({', '.join(f'`{s}`' for s in shards)}), "
+        "each image stored as its original PNG bytes, so the decoded pixels match `pixel_sha256` exactly. "
+        "Parquet rather than an image folder with `metadata.jsonl`: `datasets` takes the column types from "
+        "this card for Parquet (an image folder's types are guessed from the JSON instead, and a `configs` "
+        "entry that names only the images silently drops every other field), and the whole split downloads "
+        "as one or a few files instead of one request per image.", "",
+        "## Licence", "", f"{LICENSE.upper()}.", "",
+    ]
+    return card_front_matter(types, n, arrow_bytes) + "\n" + "\n".join(lines)
+
+
+def write_marker(staged: Path, files: list[str], header: dict, n: int) -> None:
+    marker = {"export": "hub", "export_version": EXPORT_VERSION, "task": header.get("task"),
+              "generator_version": header.get("generator_version"), "num_samples": n,
+              "files": sorted(files + [MARKER_FILE])}
+    (staged / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
+
+
+def export_hub(source: SourceDataset, out: Path, quiet: bool) -> None:
+    replacing = check_hub_target(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    try:
+        shards, arrow_bytes = write_parquet_shards(source, staged, quiet)
+        (staged / ANNOTATIONS_FILE).write_bytes(source.annotations)
+        card = render_card(source, hub_types(source.records), shards, arrow_bytes)
+        (staged / CARD_FILE).write_text(card, encoding="utf-8")
+        write_marker(staged, shards + [ANNOTATIONS_FILE, CARD_FILE], source.header, len(source.records))
+        os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp made it private; an export is an ordinary folder
+        replace_folder_deleting_old(staged, out, replacing)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ---------------------------------------------------------------------------
+# The VLMEvalKit TSV
+
+
+def tsv_rows(source: SourceDataset, quiet: bool) -> Iterator[list]:
+    """One row per image: the original PNG bytes in base64, which VLMEvalKit decodes and saves as a PNG."""
+    for record, png in checked_images(source, quiet):
+        yield [record["index"], base64.b64encode(png).decode("ascii"), record["question"], record["answer"],
+               record["num_loops"]]
+
+
+def export_tsv(source: SourceDataset, out: Path, quiet: bool) -> None:
+    check_tsv_target(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, staged = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            # pandas.read_csv(sep="\t") reads this back: minimal quoting with '"', one row per line.
+            writer = csv.writer(f, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+            writer.writerow(TSV_COLUMNS)
+            writer.writerows(tsv_rows(source, quiet))
+        os.chmod(staged, 0o666 & ~current_umask())
+        os.replace(staged, out)
+    except BaseException:
+        Path(staged).unlink(missing_ok=True)
+        raise
+
+
+# ---------------------------------------------------------------------------
+# CLI
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Bad input gets one line and exit status 2, without the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def folder(text: str) -> Path:
+    """A path argument; an empty one (an unset shell variable) would quietly mean the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?)")
+    return Path(text)
+
+
+def build_parser(prog: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description="Export a finished tangled-loops dataset for the Hugging Face Hub "
+                                             "or VLMEvalKit, checking every image against its record.")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--export-hub", type=folder, metavar="OUT",
+                        help="write a folder to upload to the Hub as a dataset repository: Parquet files with the "
+                             "images embedded, a dataset card (README.md) and annotations.jsonl")
+    target.add_argument("--export-vlmevalkit", type=folder, metavar="FILE.tsv",
+                        help="write VLMEvalKit's benchmark TSV: index, image (base64 PNG), question, answer, "
+                             "num_loops")
+    p.add_argument("--dataset", type=folder, default=Path(__file__).resolve().parent, metavar="DIR",
+                   help="the dataset folder, as creation.py wrote it (default: the folder holding this file)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
+    try:
+        args = build_parser(prog).parse_args(argv)
+    except SystemExit as stop:  # a bad flag (status 2, one line already printed) or --help (0)
+        return stop.code
+    out = args.export_hub or args.export_vlmevalkit
+    try:
+        source = read_source(args.dataset)
+        if args.export_hub:
+            export_hub(source, out, args.quiet)
+        else:
+            export_tsv(source, out, args.quiet)
+    except ExportError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; {out} is as it was", file=sys.stderr)
+        return 130
+    except OSError as error:
+        print(f"{prog}: error: {error.filename or out}: {error.strerror or error}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"exported {len(source.records)} images to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
