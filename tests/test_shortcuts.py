@@ -202,3 +202,107 @@ def test_the_ci_gate_names_a_statistic_that_leaks():
         "ink_px 70.0% exact, 99.0% within one", "logistic regression (all) 50.0% exact"]
     assert shortcuts.gate_failures(report, [0.75, 0.995], 0.6) == []
     assert shortcuts.gate_failures(report, None, None) == []
+
+
+# ---------------------------------------------------------------------------
+# Generic features and the learned attack
+
+
+def test_generic_features_on_a_horizontal_stroke():
+    gray = np.full((128, 128), 240.0)
+    gray[60:64, 8:120] = 30.0  # a 4 px horizontal bar
+    ink = gray < shortcuts.estimate_ink_threshold(gray)
+    groups = shortcuts.compute_generic_features(gray, ink)
+    # Its edges are horizontal: the gradient points along y, orientation pi/2, the middle bin.
+    orientation = groups["gradient orientation"]
+    assert orientation.sum() == pytest.approx(1.0)
+    assert orientation[shortcuts.ORIENTATION_BINS // 2] > 0.9
+    assert 10.0 ** groups["power spectrum"] == pytest.approx(
+        10.0 ** groups["power spectrum"] / (10.0 ** groups["power spectrum"]).sum(), abs=1e-9)
+    assert groups["ink fraction"][0] == pytest.approx(4 * 112 / 128**2)
+    # The bar lies in the 8x8 grid's fourth row of cells (rows 48-63) and nowhere else.
+    grid = groups["ink grid 8x8"].reshape(8, 8)
+    assert grid[3].sum() > 0 and np.delete(grid, 3, axis=0).sum() == 0
+    assert np.all(np.diff(groups["ink grid 8x8, sorted"]) >= 0)
+    # Background: one 4-connected region around the bar, of 128^2 - 448 px (log2 bin 13).
+    regions = groups["background regions"]
+    assert regions[-1] == 1 and regions[13] == 1
+
+
+def discs(count: int, rng: np.random.Generator, size_px: int = 160):
+    """count filled dark discs in distinct cells of a 4x4 layout: N is plainly the ink amount."""
+    cell_px = size_px // 4
+    cells = rng.choice(16, size=count, replace=False)
+    jitter = rng.uniform(-4, 4, size=(count, 2))
+
+    def draw(pen, scale):
+        for cell, (dx, dy) in zip(cells, jitter):
+            x, y = (cell % 4 + 0.5) * cell_px + dx, (cell // 4 + 0.5) * cell_px + dy
+            pen.ellipse([(x - 12) * scale, (y - 12) * scale, (x + 12) * scale, (y + 12) * scale], fill=0)
+
+    return draw
+
+
+def write_disc_dataset(folder, per_class: int, seed: int = 3) -> list[int]:
+    """annotations.jsonl and PNGs of disc images, per_class of each count 5..11; returns the answers."""
+    rng = np.random.default_rng(seed)
+    answers = [int(n) for n in np.repeat(CLASSES, per_class)]
+    (folder / "images").mkdir()
+    with open(folder / "annotations.jsonl", "w", encoding="utf-8") as handle:
+        for index, count in enumerate(answers):
+            save(render(discs(count, rng), size_px=160, seed=index), folder / f"images/{index}.png")
+            handle.write(json.dumps({"image": f"images/{index}.png", "answer": count}) + "\n")
+    return answers
+
+
+@pytest.fixture(scope="module")
+def disc_measurements(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("discs")
+    answers = write_disc_dataset(folder, per_class=10)
+    paths, _ = shortcuts.read_annotations(folder, None)
+    return shortcuts.compute_all_features(paths, workers=1), answers
+
+
+def learned_report(measured, answers):
+    return shortcuts.audit([s for s, _ in measured], answers, splits=5, seed=0,
+                           generic=[g for _, g in measured], folds=5, repeats=2)
+
+
+def test_learned_attack_reads_n_off_the_ink_amount(disc_measurements):
+    report = learned_report(*disc_measurements)
+    learned = {row["name"]: row for row in report["rows"] if row["kind"] == "learned"}
+    chance = rows_by_name(report)["chance"]["exact"]
+    # Boosting and ridge find the total ink; the weakly regularised logistic spreads it over 500+ columns.
+    for model in ("gradient boosting", "ridge (rounded)"):
+        assert learned[f"generic features, {model}"]["exact"] > 0.8, model
+    assert learned["generic features, logistic"]["exact"] > chance + 0.25
+    assert learned["generic features, logistic"]["within_one"] > 0.8
+    assert learned["generic: ink grids, logistic"]["exact"] > chance + 0.25
+    failures = shortcuts.gate_failures(report, None, None, max_learned=0.4)
+    assert "generic features, gradient boosting " in " ".join(failures)
+    assert all(failure.startswith("generic") for failure in failures)
+    assert (report["folds"], report["repeats"]) == (5, 2)
+
+
+def test_learned_attack_stays_near_chance_when_labels_are_shuffled(disc_measurements):
+    measured, answers = disc_measurements
+    shuffled = np.random.default_rng(0).permutation(answers).tolist()
+    report = learned_report(measured, shuffled)
+    chance = rows_by_name(report)["chance"]["exact"]
+    for row in report["rows"]:
+        if row["kind"] == "learned":
+            assert row["exact"] < chance + 0.15, row
+
+
+def test_cli_learned_gate_and_worker_count_agree(tmp_path, capsys):
+    write_disc_dataset(tmp_path, per_class=5)
+    reports = []
+    for workers in ("1", "2"):
+        out_path = tmp_path / f"audit{workers}.json"
+        argv = [str(tmp_path), "--workers", workers, "--splits", "3", "--repeats", "1", "--json", str(out_path),
+                "--max-learned", "0.35"]
+        assert shortcuts.main(argv) == 1
+        failures = [line for line in capsys.readouterr().err.splitlines() if line.startswith("above the allowed")]
+        assert "above the allowed accuracy: generic features, logistic " in "\n".join(failures)
+        reports.append(json.loads(out_path.read_text(encoding="utf-8")))
+    assert reports[0]["rows"] == reports[1]["rows"]
