@@ -1166,7 +1166,7 @@ SHARD_NAME_RE = re.compile(r"^shard-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")
 HEAD_FIELD_RE = re.compile(r'^( {1,2})"(\w+)": (.*?),?\s*$')  # a "key": value line of data.json's head
 MAX_LINE_BYTES = 1 << 16  # a record line is under 1 KB: a longer one is damaged, and never held whole
 HEAD_LINES = 200  # data.json names its generator and config within its first ~35 lines
-NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0)  # not on Windows
+OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))  # each 0 where missing
 NOT_OURS = "its head names no generator and config"
 
 
@@ -1191,7 +1191,7 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text)
     """Open a file of the folder only if it is a regular file: never through a symlink, never
     blocking on a named pipe. Raises FileNotFoundError if absent, BadOutput if something else is there."""
     try:
-        fd = os.open(path, flags | NO_FOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, flags | OPEN_SAFELY, 0o644)  # O_NONBLOCK: a named pipe does not wait for a writer
     except OSError as error:
         if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
             raise
