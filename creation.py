@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import hashlib
 import itertools
 import json
@@ -32,8 +33,10 @@ import multiprocessing
 import os
 import re
 import signal
+import stat
 import sys
 import threading
+import warnings
 import zlib
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -1209,10 +1212,10 @@ def record_fits(cfg: Config, record) -> bool:
     """Whether a record read from disk says what this config makes of its index, in every field known
     without drawing the sample (its answer above all): an edited or foreign record is not kept."""
     index = record.get("index") if isinstance(record, dict) else None
-    if not isinstance(index, int) or not 0 <= index < cfg.n:
+    if type(index) is not int or not 0 <= index < cfg.n:  # True would pass isinstance(index, int)
         return False
     fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    return all(record.get(key) == value for key, value in fixed.items())
+    return all(type(record.get(key)) is type(value) and record.get(key) == value for key, value in fixed.items())
 
 
 def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
@@ -1234,10 +1237,22 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 
 # ---------------------------------------------------------------------------
 # Writing: atomic files, resumable runs, shards
+#
+# What a rerun reads back: its journal, annotations.jsonl and shard files,
+# line by line, each line a record or nothing (a damaged line is skipped and
+# its sample drawn again). data.json is written, never read for records; its
+# head lines (generator version and config, one field a line) say whose it is.
+# What a run deletes: the tool's own files it can name, in folders that really
+# are inside the output folder; an image only when a record of the dataset
+# being replaced names it and its pixels match that record.
 
 
 class DatasetError(RuntimeError):
-    """The output folder cannot take this run as asked (foreign dataset, broken shards)."""
+    """The output folder cannot take this run as asked (another dataset, a live run, broken shards): exit 1."""
+
+
+class BadOutput(DatasetError):
+    """Bad input: --out, or something in it, the run must not read or write through as it is: exit 2."""
 
 
 @dataclass(frozen=True)
@@ -1257,19 +1272,103 @@ class Shard:
 
 WHOLE_RUN = Shard(0, 1)
 SHARDS_DIR = "shards"
+DATASET_FILES = (ANNOTATIONS_FILE, DATA_FILE)
 IMAGE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.png$")
+IMAGE_PATH_RE = re.compile(rf"^{IMAGES_DIR}/{TASK_NAME}_\d+\.png$")  # how a record names its image
 TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.tmp\d+$")
 SHARD_NAME_RE = re.compile(r"^shard-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")
+HEAD_FIELD_RE = re.compile(r'^( {1,2})"(\w+)": (.*?),?\s*$')  # a "key": value line of data.json's head
+MAX_LINE_BYTES = 1 << 16  # a record line is under 1 KB: a longer one is damaged, and never held whole
+HEAD_LINES = 200  # data.json names its generator and config within its first ~35 lines
+OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))  # each 0 where missing
+NOT_OURS = "its head names no generator and config"
+
+
+def check_output_folder(out_dir: Path) -> None:
+    """Refuse an --out that is a file or lies under one, before anything is made."""
+    for folder in (out_dir, *out_dir.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
+                raise BadOutput(f"--out {out_dir} {where}, not a folder")
+            return
+
+
+def kind_of(path: Path) -> str:
+    mode = os.lstat(path).st_mode
+    kinds = {stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a named pipe",
+             stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device", stat.S_ISBLK: "a device"}
+    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text):
+    """Open a file of the folder only if it is a regular file: never through a symlink, never
+    blocking on a named pipe. Raises FileNotFoundError if absent, BadOutput if something else is there."""
+    try:
+        fd = os.open(path, flags | OPEN_SAFELY, 0o644)  # O_NONBLOCK: a named pipe does not wait for a writer
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        fd = None
+    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+        return os.fdopen(fd, mode, **text)
+    if fd is not None:
+        os.close(fd)
+    raise BadOutput(f"{path} is {kind_of(path)}, not a file: the run never reads or writes through one; "
+                    "move it away")
 
 
 def write_atomic(path: Path, write) -> None:
     """Write through a temporary sibling and rename, so readers never see half a file."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
+        tmp.unlink(missing_ok=True)  # a symlink left at this name is not written through
         write(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # replaces a symlink at path, never its target
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def inside(out_dir: Path, folder: Path) -> bool:
+    """Whether a folder really is out_dir or inside it, not reached through a symlink out of it."""
+    base, real = os.path.realpath(out_dir), os.path.realpath(folder)
+    return real == base or real.startswith(base + os.sep)
+
+
+def remove_entry(out_dir: Path, path: Path) -> None:
+    """Unlink one directory entry (never a target a symlink points to), unless its folder lies outside out_dir."""
+    if inside(out_dir, path.parent):
+        path.unlink(missing_ok=True)
+
+
+def line_records(lines: BinaryIO) -> Iterator[tuple[int, object]]:
+    """(byte offset, value) of each line of a JSON-lines file; None for a damaged line: cut short, not
+    JSON, not UTF-8, nested too deep, a number too long to read, NaN, or longer than any record."""
+    offset = 0
+    while line := lines.readline(MAX_LINE_BYTES):
+        start, offset = offset, offset + len(line)
+        damaged = False
+        while len(line) == MAX_LINE_BYTES and not line.endswith(b"\n"):  # skip the rest of an overlong line
+            damaged, line = True, lines.readline(MAX_LINE_BYTES)
+            offset += len(line)
+        yield start, None if damaged else parse_line(line)
+
+
+def reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a record holds")
+
+
+def parse_line(line: bytes):
+    try:
+        return json.loads(line, parse_constant=reject_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def first_line_value(path: Path):
+    """The JSON value on a file's first line (a journal's or shard file's header); None if damaged."""
+    with open_regular(path) as lines:
+        return next((value for _, value in line_records(lines)), None)
 
 
 def identity(cfg: Config) -> dict:
@@ -1277,55 +1376,80 @@ def identity(cfg: Config) -> dict:
     return {"generator_version": GENERATOR_VERSION, "config": dataclasses.asdict(cfg)}
 
 
+def identity_fields(cfg: Config) -> dict[str, str]:
+    """The identity as field -> JSON text, the form both a header and data.json's head lines are read in."""
+    return header_fields(identity(cfg))
+
+
+def header_fields(header) -> dict[str, str] | None:
+    """The identity a journal or shard header declares, as field -> JSON text; None if it declares none."""
+    if not (isinstance(header, dict) and isinstance(header.get("config"), dict)):
+        return None
+    config = {name: json.dumps(value, ensure_ascii=False) for name, value in header["config"].items()}
+    return {"generator_version": json.dumps(header.get("generator_version")), **config}
+
+
+def data_json_fields(path: Path) -> dict[str, str]:
+    """The generator version and config data.json's head declares, as field -> JSON text.
+
+    write_document puts each on a line of its own before the samples, so
+    the head is read line by line and the samples never are.
+    """
+    fields = {}
+    with open_regular(path) as head:
+        for _ in range(HEAD_LINES):
+            line = head.readline(MAX_LINE_BYTES)
+            if not line:
+                break
+            match = HEAD_FIELD_RE.match(line.decode("utf-8", "replace"))
+            if match is None:
+                continue
+            depth, key, value = len(match[1]), match[2], match[3]
+            if depth == 1 and key in ("question", "num_samples", "samples"):  # past the config
+                break
+            if depth == 2 or key == "generator_version":
+                fields[key] = value
+    return fields
+
+
+def identity_difference(found: dict[str, str] | None, expected: dict[str, str]) -> str | None:
+    """What a declared identity has that this run's has not, in a few words ("seed 1, not 2"); None if the same."""
+    if found == expected:
+        return None
+    if not found or "generator_version" not in found:
+        return NOT_OURS
+
+    def shown(text: str) -> str:
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    differences = [f"{key} {shown(found[key]) if key in found else 'missing'}, not {value}"
+                   for key, value in expected.items() if found.get(key) != value]
+    differences += [f"{key} {shown(found[key])}, unknown here" for key in found if key not in expected]
+    more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
+    return "; ".join(differences[:3]) + more
+
+
+def record_difference(cfg: Config, record) -> str:
+    """Why record_fits refuses a record, in a few words ("index 4: answer 9.0, not 9"), the seed first."""
+    index = record.get("index") if isinstance(record, dict) else None
+    if type(index) is not int or not 0 <= index < cfg.n:
+        return "not a record of this dataset's indices"
+    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
+    keys = sorted((key for key, value in fixed.items() if not same_value(record.get(key), value)),
+                  key=lambda key: key != "seed")
+    shown = [f"{key} {json.dumps(record.get(key), ensure_ascii=False)[:40]}, not {json.dumps(fixed[key])[:40]}"
+             for key in keys[:2]]
+    return f"index {index}: {'; '.join(shown)}"
+
+
+def same_value(found, expected) -> bool:
+    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
+    return type(found) is type(expected) and found == expected
+
+
 def journal_path(out_dir: Path, shard: Shard) -> Path:
     """Records of finished samples, appended as they come, so an interrupted run can resume."""
     return out_dir / (".progress.jsonl" if shard == WHOLE_RUN else f".progress-{shard.tag}.jsonl")
-
-
-@contextlib.contextmanager
-def exclusive_run(out_dir: Path, shard: Shard) -> Iterator[None]:
-    """Hold the folder's lock for a shard (the whole run by default), or refuse.
-
-    A second run of the same command into the same folder, started while
-    the first is still going (a job array without --shard, a requeued job),
-    would journal every sample twice and end with a dataset holding
-    duplicates. The lock is an advisory one on a file beside the journal,
-    released by the system however the run ends. Where there are no such
-    locks (Windows, some network file systems), runs go unguarded.
-    """
-    if fcntl is None:
-        yield
-        return
-    lock_path = journal_path(out_dir, shard).with_suffix(".lock")
-    while True:
-        lock = open(lock_path, "a")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if locks_its_path(lock, lock_path):
-                break
-        except BlockingIOError:
-            lock.close()
-            what = "this dataset" if shard == WHOLE_RUN else f"shard {shard.k}/{shard.m} of this dataset"
-            raise DatasetError(f"another run is writing {what} into {out_dir} right now; "
-                               "let it finish or stop it, then run again") from None
-        except OSError:
-            print(f"creation.py: note: {out_dir} does not support file locks; nothing stops a second run "
-                  "writing the same files at once", file=sys.stderr)
-            break
-        lock.close()  # a run that ended meanwhile removed the file we locked: lock the path afresh
-    try:
-        yield
-    finally:
-        lock_path.unlink(missing_ok=True)  # while held: a run that locks this file later finds it gone and retries
-        lock.close()
-
-
-def locks_its_path(lock, lock_path: Path) -> bool:
-    """Whether the open file is still the one at lock_path (not removed or replaced since it was opened)."""
-    try:
-        return os.path.samestat(os.fstat(lock.fileno()), os.stat(lock_path))
-    except FileNotFoundError:
-        return False
 
 
 def shard_path(out_dir: Path, shard: Shard) -> Path:
@@ -1338,78 +1462,144 @@ def shard_of(path: Path) -> Shard | None:
     return Shard(int(match["k"]), int(match["m"])) if match else None
 
 
-def record_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(byte offset, value) of each record of a JSON-lines file or of data.json's samples.
+@contextlib.contextmanager
+def exclusive_run(out_dir: Path, shard: Shard, cfg: Config | None = None) -> Iterator[None]:
+    """Hold the folder's lock for a shard (the whole run by default), or refuse.
 
-    Lines cut short by a crash, and data.json's other lines, are skipped.
+    A second run into the same folder, started while the first is still
+    going (a job array without --shard, a requeued job), would journal every
+    sample twice. The lock is an advisory one on a file beside the journal,
+    released by the system however the run ends. Where there are no such
+    locks (Windows, some network file systems), runs go unguarded.
     """
-    with open(path, "rb") as lines:
-        offset = 0
-        while raw := next_record(lines):
-            try:
-                yield offset, record_value(raw)
-            except ValueError:
-                pass
-            offset += len(raw)
-
-
-SAMPLE_OPENING = b"  {"  # how write_document starts a sample of data.json: a line of its own
-
-
-def next_record(lines: BinaryIO) -> bytes:
-    """The bytes of the record at the file's position: a line, or in data.json a sample's lines
-    from its opening brace to its closing one. Empty at the end of the file."""
-    line = lines.readline()
-    # A checkout that turned the line ends into CRLF (git's autocrlf) still holds the same records.
-    if line.rstrip(b"\r\n") != SAMPLE_OPENING:
-        return line
-    sample = [line]
-    while line and not line.startswith(b"  }"):
-        line = lines.readline()
-        sample.append(line)
-    return b"".join(sample)
-
-
-def record_value(raw: bytes) -> dict:
-    """The JSON value of a record's bytes from next_record (a list's comma and the line end dropped)."""
-    return json.loads(raw.rstrip(b",\r\n"))
-
-
-def generator_files(out_dir: Path) -> list[Path]:
-    """Dataset-level files of this generator in the folder (images aside)."""
-    found = [out_dir / DATA_FILE] if (out_dir / DATA_FILE).is_file() else []
-    found += sorted(out_dir.glob(".progress*.jsonl"))
-    return found + sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
-
-
-def declared_identity(document: dict | None) -> dict | None:
-    """The identity a data.json document, or a journal or shard header, declares."""
-    if not isinstance(document, dict):
-        return None
-    return {"generator_version": document.get("generator_version"), "config": document.get("config")}
-
-
-DATA_HEAD_CHARS = 1 << 16  # data.json says who wrote it in its first few KB, before its samples
-
-
-def file_identity(path: Path) -> dict | None:
-    """The identity data.json, a journal or a shard file declares, read from its head.
-
-    A data.json laid out otherwise than this generator writes it is read
-    whole. None when a file is unreadable, or gone because a concurrent
-    merge consumed it.
-    """
+    if fcntl is None:
+        yield
+        return
+    lock_path = journal_path(out_dir, shard).with_suffix(".lock")
+    while True:
+        lock = open_regular(lock_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if locks_its_path(lock, lock_path):
+                break
+        except BlockingIOError:
+            lock.close()
+            raise DatasetError(f"another run is writing{live_run_subject(out_dir, shard, cfg)} into {out_dir} "
+                               "right now; let it finish or stop it, then run again") from None
+        except OSError:
+            print(f"creation.py: note: {out_dir} does not support file locks; nothing stops a second run "
+                  "writing the same files at once", file=sys.stderr)
+            break
+        lock.close()  # a run that ended meanwhile removed the file we locked: lock the path afresh
     try:
-        with open(path, encoding="utf-8") as head:
-            if path.name != DATA_FILE:
-                return declared_identity(json.loads(head.readline()))
-            text = head.read(DATA_HEAD_CHARS)
-        # The samples come last; a file laid out otherwise is read whole.
-        cut = text.find(',\n "samples": [')
-        document = json.loads(text[:cut] + "\n}" if cut >= 0 else path.read_text(encoding="utf-8"))
-        return declared_identity(document)
-    except (OSError, ValueError):
-        return None
+        yield
+    finally:
+        lock_path.unlink(missing_ok=True)  # while held: a run that locks this file later finds it gone and retries
+        lock.close()
+
+
+def live_run_subject(out_dir: Path, shard: Shard, cfg: Config | None) -> str:
+    """What the run holding the lock is writing (" this dataset"), as far as its journal tells: never a guess."""
+    try:
+        found = header_fields(first_line_value(journal_path(out_dir, shard)))
+    except (OSError, DatasetError):  # no journal yet (a merge, or a run starting), or not a file
+        found = None
+    part = "" if shard == WHOLE_RUN else f" shard {shard.k}/{shard.m}"
+    if found is None or cfg is None:
+        return part
+    difference = identity_difference(found, identity_fields(cfg))
+    dataset = "this dataset" if difference is None else f"a different dataset ({difference})"
+    return f"{part} of {dataset}" if part else f" {dataset}"
+
+
+def locks_its_path(lock, lock_path: Path) -> bool:
+    """Whether the open file is still the one at lock_path (not removed or replaced since it was opened)."""
+    try:
+        return os.path.samestat(os.fstat(lock.fileno()), os.stat(lock_path))
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def after_completion(what: str) -> Iterator[None]:
+    """Mark a Ctrl-C or SIGTERM that lands once `what` is written, so the run does not ask to resume it."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        stop.completed = what
+        raise
+
+
+# -- Reading the folder (no changes made)
+
+
+@dataclass
+class Survey:
+    """What an output folder holds for a run, as found before the run changes anything."""
+
+    mine: list[Path]  # files whose records the run may reuse; a later file's record for an index wins
+    foreign: list[tuple[Path, str]]  # another dataset's files, each with what differs
+    damaged_journal: bool  # the run's own journal declares nothing: killed before its header was written
+
+
+def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
+    """Sort the generator's files in out_dir into this dataset's and another's.
+
+    A whole run reuses every shard file's records, a shard run its own; both
+    reuse their own journal and a finished dataset's annotations.jsonl.
+    Other shards' journals may be growing right now and are only checked
+    for belonging to the same dataset.
+    """
+    expected = identity_fields(cfg)
+    survey = Survey([], [], False)
+    journal, annotations, data = journal_path(out_dir, shard), out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE
+    finished = data.exists() and os.lstat(data).st_size > 0  # an empty data.json (a copy cut short) holds nothing
+    if finished:
+        difference = identity_difference(data_json_fields(data), expected)
+        if difference is not None:
+            survey.foreign.append((data, difference))
+        elif annotations.exists():
+            survey.mine.append(annotations)  # written just before data.json: the finished dataset's records
+    elif annotations.exists():
+        difference = annotations_difference(cfg, annotations)
+        if difference is not None:  # left by a run killed between the two, it is rewritten; not even this config's:
+            survey.foreign.append((annotations, difference))
+    for path in sorted(out_dir.glob(".progress*.jsonl")) + sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl")):
+        try:
+            found = header_fields(first_line_value(path))
+        except FileNotFoundError:  # another shard's run finished and removed it meanwhile
+            continue
+        if found is None:
+            survey.damaged_journal |= path == journal
+            continue
+        difference = identity_difference(found, expected)
+        if difference is not None:
+            survey.foreign.append((path, difference))
+        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
+            survey.mine.append(path)
+    return survey
+
+
+def annotations_difference(cfg: Config, path: Path) -> str | None:
+    """Why an annotations.jsonl left without data.json is not this config's, naming the line; None if it is."""
+    with open_regular(path) as lines:
+        number = 0
+        for number, (_, record) in enumerate(line_records(lines), 1):
+            if not record_fits(cfg, record):
+                return f"line {number}: {record_difference(cfg, record)}"
+    return None if number else "empty"
+
+
+def merged_dataset_present(cfg: Config, out_dir: Path) -> bool:
+    """Whether out_dir holds this dataset's data.json and an annotations.jsonl of all n records in order."""
+    data, annotations = out_dir / DATA_FILE, out_dir / ANNOTATIONS_FILE
+    if not (data.exists() and annotations.exists()):
+        return False
+    if identity_difference(data_json_fields(data), identity_fields(cfg)) is not None:
+        return False
+    with open_regular(annotations) as lines:
+        indices = (record.get("index") if record_fits(cfg, record) else None for _, record in line_records(lines))
+        return all(same_value(got, want) for got, want in itertools.zip_longest(indices, range(cfg.n)))
 
 
 class KnownRecords:
@@ -1425,92 +1615,29 @@ class KnownRecords:
         self.offset = np.zeros(n, dtype=np.int64)
 
     def add(self, path: Path) -> None:
-        """Take the records of a JSON-lines file, if it is there; a later file's record for an index wins."""
-        self.paths.append(path)
+        """Take the records of a JSON-lines file; a later file's record for an index wins."""
         try:
-            for offset, record in record_lines(path):
+            lines = open_regular(path)
+        except FileNotFoundError:  # merged away since the survey
+            return
+        self.paths.append(path)
+        with lines:
+            for offset, record in line_records(lines):
                 index = record.get("index") if isinstance(record, dict) else None
-                if isinstance(index, int) and 0 <= index < len(self.source):
+                if type(index) is int and 0 <= index < len(self.source):
                     self.source[index], self.offset[index] = len(self.paths) - 1, offset
-        except FileNotFoundError:  # raised on opening, before any offset is noted: never written, or merged away
-            self.paths.pop()
 
-    def records(self) -> Iterator[dict]:
-        """Every index's record in index order; each must be known."""
+    def records(self) -> Iterator[dict | None]:
+        """Every index's record in index order (None where a line changed since it was added)."""
         return (self.get(index) for index in range(len(self.source)))
 
     def get(self, index: int) -> dict | None:
         if self.source[index] < 0:
             return None
-        with open(self.paths[self.source[index]], "rb") as lines:
+        with open_regular(self.paths[self.source[index]]) as lines:
             lines.seek(self.offset[index])
-            return record_value(next_record(lines))
-
-
-def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> KnownRecords:
-    """Records this dataset already has on disk, by index; refuses a folder holding another dataset.
-
-    Reads the finished files that can hold the shard's indices (every shard
-    file for a whole run, its own for a shard) and its own journal; other
-    shards' journals are only checked for belonging to the same dataset,
-    since they may be growing right now. The records of a finished data.json
-    are read from the annotations.jsonl written with it, or from data.json
-    itself if that file is gone. With overwrite, the
-    other dataset's files are removed instead, together with any of its
-    images that this dataset will not rewrite.
-    """
-    journal = journal_path(out_dir, shard)
-    annotations = out_dir / ANNOTATIONS_FILE
-    mine, foreign = [], []
-    for path in generator_files(out_dir):
-        found = file_identity(path)
-        if found is None:
-            if path == journal:
-                path.unlink()  # killed before its first line was written
-            elif path.name == DATA_FILE and path.exists() and path.stat().st_size > 0:
-                foreign.append(path)  # data.json is written whole: one that names no generator is not ours
-            continue
-        if found != identity(cfg):
-            foreign.append(path)
-        elif path.name == DATA_FILE:
-            # annotations.jsonl is written with it and is quicker to read; without it, data.json's own samples.
-            mine.append(annotations if annotations.is_file() else path)
-        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
-            mine.append(path)
-    if annotations.is_file() and not (out_dir / DATA_FILE).exists() and not annotations_fit(cfg, annotations):
-        # Left alone by a run killed between writing the two, or by deleting data.json, it is
-        # rewritten; its records are not reused, for nothing in it names the config that drew
-        # the images. Records that do not even fit this config are another dataset's.
-        foreign.append(annotations)
-    if foreign and not overwrite:
-        raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
-                           "choose another --out or pass --overwrite to replace it")
-    if foreign:
-        for path in foreign:
-            path.unlink()
-        if out_dir / ANNOTATIONS_FILE not in mine:
-            (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
-        remove_stale_images(out_dir, cfg.n)
-        remove_shards_dir_if_empty(out_dir)
-    known = KnownRecords(cfg.n)
-    for path in mine:
-        known.add(path)
-    return known
-
-
-def annotations_fit(cfg: Config, path: Path) -> bool:
-    """Whether an annotations.jsonl holds records only, each one fitting this config."""
-    try:
-        records = read_jsonl(path)
-        first = next(records, None)
-        return first is not None and all(record_fits(cfg, record) for record in itertools.chain([first], records))
-    except (OSError, ValueError):  # unreadable, or a line that is not JSON
-        return False
-
-
-def remove_shards_dir_if_empty(out_dir: Path) -> None:
-    with contextlib.suppress(OSError):  # absent, or holding other shards' files
-        (out_dir / SHARDS_DIR).rmdir()
+            record = next(line_records(lines), (0, None))[1]
+        return record if isinstance(record, dict) else None
 
 
 def image_index(name: str, n: int) -> int | None:
@@ -1525,14 +1652,73 @@ def image_index(name: str, n: int) -> int | None:
     return index if index < n and name == Path(image_name(index, n)).name else None
 
 
-def remove_stale_images(out_dir: Path, n: int) -> None:
-    """Delete another dataset's review pictures, and its images whose names the new dataset does not use."""
-    for folder, keep_named in ((out_dir / IMAGES_DIR, True), (out_dir / REVIEW_DIR / "overlays", False)):
-        if folder.is_dir():
-            for entry in os.scandir(folder):
-                if IMAGE_NAME_RE.match(entry.name) and not (keep_named and image_index(entry.name, n) is not None):
-                    os.unlink(entry.path)
-    (out_dir / REVIEW_DIR / CONTACT_SHEET_FILE).unlink(missing_ok=True)
+def image_matches(path: Path, sha256, size) -> bool:
+    """Whether path holds a regular file that is a PNG with these pixels, decoded only if it is no
+    larger than size, the record's (width, height).
+
+    The size is read from the header before any pixel is decoded, so a
+    header claiming a huge canvas costs nothing; symlinks, pipes and
+    folders are never opened.
+    """
+    try:
+        with open_regular(path) as file, warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check below guards
+            with Image.open(file, formats=["PNG"]) as image:
+                fits = all(type(side) is int for side in size) and image.width * image.height <= size[0] * size[1]
+                return fits and pixel_sha256(image) == sha256
+    except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
+        return False  # missing, truncated, not a PNG, not a regular file, or a header past Pillow's limits
+
+
+# -- Removing files (each function here deletes, and says so)
+
+
+def remove_replaced_dataset(cfg: Config, out_dir: Path, survey: Survey) -> None:
+    """--overwrite: delete another dataset's files, and the images and overlays its own records name
+    whose pixels still match those records; nothing a record does not name is touched."""
+    foreign = [path for path, _ in survey.foreign]
+    annotations = out_dir / ANNOTATIONS_FILE
+    if annotations.exists() and annotations not in survey.mine and annotations not in foreign:
+        foreign.append(annotations)  # written with the foreign data.json
+    for path in foreign:
+        if path.name != DATA_FILE:
+            remove_matching_images(cfg, out_dir, path)
+    for path in foreign:
+        remove_entry(out_dir, path)
+    review = out_dir / REVIEW_DIR
+    if inside(out_dir, review) and (review / CONTACT_SHEET_FILE).is_file():
+        remove_entry(out_dir, review / CONTACT_SHEET_FILE)
+    remove_shards_dir_if_empty(out_dir)
+
+
+def remove_matching_images(cfg: Config, out_dir: Path, records_file: Path) -> None:
+    """Delete each image (and its overlay) a replaced dataset's records file names, if its pixels match
+    the record: also under a name the new dataset uses, so no overlay of the old image outlives it."""
+    with open_regular(records_file) as lines:
+        for _, record in line_records(lines):
+            name = record.get("image") if isinstance(record, dict) else None
+            if not (isinstance(name, str) and IMAGE_PATH_RE.match(name)):
+                continue
+            basename = name.rsplit("/", 1)[1]
+            path = out_dir / name
+            if not inside(out_dir, path.parent):
+                continue  # images/ leads out of the folder
+            size = (record.get("width"), record.get("height"))
+            if image_matches(path, record.get("pixel_sha256"), size):
+                path.unlink()
+                overlay = out_dir / REVIEW_DIR / "overlays" / basename
+                if overlay.is_file() and not overlay.is_symlink():
+                    remove_entry(out_dir, overlay)
+
+
+def remove_damaged_journal(out_dir: Path, shard: Shard) -> None:
+    """Delete the run's own journal that declares no dataset (killed before its header): it holds nothing."""
+    remove_entry(out_dir, journal_path(out_dir, shard))
+
+
+def remove_shards_dir_if_empty(out_dir: Path) -> None:
+    with contextlib.suppress(OSError):  # absent, or holding other shards' files
+        (out_dir / SHARDS_DIR).rmdir()
 
 
 def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
@@ -1543,20 +1729,30 @@ def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
     """
     for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SHARDS_DIR,
                    out_dir / REVIEW_DIR, out_dir / REVIEW_DIR / "overlays"):
-        if not folder.is_dir():
+        if not (folder.is_dir() and inside(out_dir, folder)):
             continue
         for entry in os.scandir(folder):
             match = TEMPORARY_RE.match(entry.name)
             if match and owns(match["name"]):
-                os.unlink(entry.path)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
-def image_matches(path: Path, sha256: str | None) -> bool:
-    try:
-        with Image.open(path) as image:
-            return pixel_sha256(image) == sha256
-    except (OSError, SyntaxError, ValueError):  # missing, truncated or not a PNG
-        return False
+def remove_taken_shard_files(cfg: Config, out_dir: Path) -> None:
+    """Delete the shard files and interrupted shard journals of this dataset, once a whole run or a merge
+    has written their records into the dataset. A journal whose lock file is there belongs to a shard run
+    going on now (or killed outright) and is left alone."""
+    expected = identity_fields(cfg)
+    for path in sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl")) + sorted(out_dir.glob(".progress-*-of-*.jsonl")):
+        if path.parent.name != SHARDS_DIR and path.with_suffix(".lock").exists():
+            continue
+        with contextlib.suppress(OSError, DatasetError):  # gone meanwhile, or not a file: left alone
+            if header_fields(first_line_value(path)) == expected:
+                remove_entry(out_dir, path)
+    remove_shards_dir_if_empty(out_dir)
+
+
+# -- Drawing
 
 
 def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> tuple[dict, bool]:
@@ -1570,9 +1766,11 @@ def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> tuple[dic
     path = Path(out_dir) / image_name(index, cfg.n)
     overlay_path = Path(out_dir) / overlay_name(index, cfg.n)
     keep_image = (expected is not None and record_fits(cfg, expected)
-                  and image_matches(path, expected.get("pixel_sha256")))
+                  and image_matches(path, expected.get("pixel_sha256"), (cfg.size, cfg.size)))
     if keep_image and (overlay_path.exists() or not with_overlay):
         return expected, False
+    if not keep_image and path.is_dir() and not path.is_symlink():
+        raise BadOutput(f"{path} is a folder where the run writes an image: move it away")
     image, record, tangle = make_sample(cfg, index)
     if not keep_image:
         write_atomic(path, lambda tmp: save_png(image, tmp))
@@ -1595,10 +1793,11 @@ def write_contact_sheet(out_dir: Path, count: int) -> None:
     write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE, lambda tmp: save_png(sheet, tmp))
 
 
-def check_image(job: tuple[Config, int, str, dict]) -> bool:
+def check_image(job: tuple[Config, int, str, dict | None]) -> bool:
     """Worker: whether a record fits the config and its image is on disk with the recorded pixels."""
     cfg, index, out_dir, record = job
-    return record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"], record.get("pixel_sha256"))
+    return record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"], record.get("pixel_sha256"),
+                                                      (cfg.size, cfg.size))
 
 
 def worker_signals(parent_pid: int) -> None:
@@ -1614,8 +1813,8 @@ def worker_signals(parent_pid: int) -> None:
 def die_with_parent(parent_pid: int) -> None:
     """Ask Linux to kill this worker when the parent dies unwarned (kill -9, out of memory).
 
-    Otherwise each worker finishes its image, fails to hand it to the dead
-    parent and prints a screenful of BrokenPipeError. Elsewhere this does nothing.
+    Otherwise an idle worker waits forever for its next job (it holds both
+    ends of the job pipe, so it never reads end-of-file). Elsewhere this does nothing.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -1635,29 +1834,11 @@ def raise_terminated(signum, frame) -> None:
     raise Terminated
 
 
-def keep_freed_memory() -> None:
-    """Ask glibc to keep up to 64 MiB of freed memory for the next image rather than return it.
-
-    Every image allocates and frees arrays of several MiB. By default glibc
-    hands that memory straight back to the system and the next image faults it
-    in again page by page, which cost as much as the rendering arithmetic
-    (rendering took 18 ms per image instead of 9 on the benchmark machine).
-    Forked workers inherit the setting. Elsewhere than glibc this does nothing.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_top_pad = -2  # from glibc's malloc.h
-    libc.mallopt(m_top_pad, 64 << 20)
-
-
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
     """Yield function(job) for each of the total jobs in order, on a pool unless workers == 1.
 
     jobs may be a generator: it is read only as fast as results come back.
     """
-    keep_freed_memory()
     with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
         if workers == 1:
             for job in jobs:
@@ -1666,6 +1847,7 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
             return
         # A process pool that survives a worker killed outright (a signal to the whole process
         # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
+        others = set(multiprocessing.active_children())
         pool = ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=worker_signals,
                                    initargs=(os.getpid(),))
         try:
@@ -1681,7 +1863,7 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
                 yield in_flight.popleft().result()
                 progress.update()
         except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): no image is worth waiting for
-            stop_workers(pool)
+            stop_workers(others)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -1689,15 +1871,20 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
 
 def worker_context() -> multiprocessing.context.BaseContext:
     """Fork where the system has it (the default on Linux only up to Python 3.13): workers then start
-    at once, inherit keep_freed_memory's setting and are children of this process, as die_with_parent expects."""
+    at once and are children of this process, as die_with_parent expects."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
 
 
-def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """End a pool's workers now, mid-image (Python 3.14 has terminate_workers() for this; 3.11 does not)."""
-    for process in list((pool._processes or {}).values()):
-        process.terminate()
+def stop_workers(others: set) -> None:
+    """End the pool's workers now, mid-image: every child process but those that were there before it.
+
+    ProcessPoolExecutor names its workers only privately (Python 3.14 adds
+    terminate_workers()); multiprocessing.active_children() lists them publicly.
+    """
+    for process in multiprocessing.active_children():
+        if process not in others:
+            process.terminate()
 
 
 def canonical_command(cfg: Config) -> str:
@@ -1741,8 +1928,8 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
 
 
 def read_jsonl(path: Path, offset: int = 0) -> Iterator[dict]:
-    """The records of a JSON-lines file from a byte offset on, one at a time."""
-    with open(path, encoding="utf-8") as rows:
+    """The records of a JSON-lines file this run wrote, from a byte offset on, one at a time."""
+    with open_regular(path, mode="r", encoding="utf-8") as rows:
         rows.seek(offset)
         for line in rows:
             yield json.loads(line)
@@ -1775,6 +1962,71 @@ def write_dataset_files(cfg: Config, out_dir: Path, records: Callable[[], Iterab
     write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records))
 
 
+def write_shard_file(cfg: Config, out_dir: Path, shard: Shard, records: Callable[[], Iterable[dict]]) -> None:
+    (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
+    header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(shard.indices(cfg.n))}
+    write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
+
+
+# -- A run, step by step
+
+
+def refuse_non_files_at_targets(out_dir: Path, shard: Shard) -> None:
+    """Refuse a folder, pipe or the like where the run ends by writing a file, before any image is drawn."""
+    targets = [out_dir / name for name in DATASET_FILES] if shard == WHOLE_RUN else [shard_path(out_dir, shard)]
+    for path in targets:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise BadOutput(f"{path} is {kind_of(path)}, not a file, and the run ends by writing one there: "
+                            "move it away")
+
+
+def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
+    if survey.foreign and not overwrite:
+        path, difference = survey.foreign[0]
+        if difference == NOT_OURS:  # damaged, or another tool's: bad input rather than another dataset
+            raise BadOutput(f"{path} is not a file this generator writes ({difference}): move it away "
+                            "or pass --overwrite to replace it")
+        raise DatasetError(f"{out_dir} holds a different dataset ({path.name}: {difference}); "
+                           "choose another --out or pass --overwrite to replace it")
+    if survey.foreign:
+        remove_replaced_dataset(cfg, out_dir, survey)
+
+
+def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecords, workers: int,
+                    quiet: bool, overlays: bool) -> tuple[int, int]:
+    """Keep or draw each sample of the shard, appending its record to the journal as it comes.
+
+    Returns how many images were drawn and the journal offset of this
+    run's first record (earlier lines are a previous attempt's: this run
+    journals every record again).
+    """
+    indices = shard.indices(cfg.n)
+    if overlays:
+        (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
+    jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    with open_regular(journal_path(out_dir, shard), flags, "a", encoding="utf-8") as log:
+        log.write(json.dumps(identity(cfg)) + "\n" if log.tell() == 0 else "\n")  # "\n" ends a line cut short
+        first_record = log.tell()
+        results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
+        drawn = 0
+        try:
+            for record, was_drawn in results:
+                drawn += was_drawn
+                log.write(json.dumps(record, ensure_ascii=False) + "\n")
+                log.flush()
+        except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
+            results.close()
+            remove_temporaries(out_dir, lambda name: owns_image(cfg, shard, name))
+            raise
+    return drawn, first_record
+
+
+def owns_image(cfg: Config, shard: Shard, name: str) -> bool:
+    index = image_index(name, cfg.n)
+    return index is not None and index in shard.indices(cfg.n)
+
+
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False,
                      shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False) -> int:
     """Make every sample of a shard (the whole dataset by default), resuming where a run stopped.
@@ -1785,126 +2037,114 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     read back from the journal so that no process holds every record.
     Returns how many images were drawn; the others were kept.
     """
-    indices = shard.indices(cfg.n)
+    check_output_folder(out_dir)
     (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
-    with exclusive_run(out_dir, shard):
-        journal = journal_path(out_dir, shard)
-        finished = [out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE] if shard == WHOLE_RUN else [shard_path(out_dir, shard)]
-        for path in finished:  # found now, not after drawing every image
-            if path.exists() and not path.is_file():
-                raise DatasetError(f"{path} is not a file, and the run ends by writing one there: move it away")
-        known = known_records(cfg, out_dir, shard, overwrite)
+    with exclusive_run(out_dir, shard, cfg):
+        refuse_non_files_at_targets(out_dir, shard)
+        survey = survey_folder(cfg, out_dir, shard)
+        refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
+        if survey.damaged_journal:
+            remove_damaged_journal(out_dir, shard)
         # A shard's run touches no dataset file: a merge or a whole run may be writing those now.
-        files = {journal.name, shard_path(out_dir, shard).name}
+        files = {journal_path(out_dir, shard).name, shard_path(out_dir, shard).name}
         if shard == WHOLE_RUN:
-            files |= {ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
-
-        def owns_image(name: str) -> bool:
-            index = image_index(name, cfg.n)
-            return index is not None and index in indices
-
-        remove_temporaries(out_dir, lambda name: name in files or owns_image(name))
-        if overlays:
-            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-        jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
-        with open(journal, "a", encoding="utf-8") as log:
-            if log.tell() == 0:
-                log.write(json.dumps(identity(cfg)) + "\n")
-            else:
-                log.write("\n")  # ends a line a crash may have cut short
-            first_record = log.tell()  # earlier lines are a previous attempt's: this run journals every record again
-            results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
-            drawn = 0
-            try:
-                for record, was_drawn in results:
-                    drawn += was_drawn
-                    log.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    log.flush()
-            except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
-                results.close()
-                remove_temporaries(out_dir, owns_image)
-                raise
+            files |= {*DATASET_FILES, CONTACT_SHEET_FILE}
+        remove_temporaries(out_dir, lambda name: name in files or owns_image(cfg, shard, name))
+        known = KnownRecords(cfg.n)
+        for path in survey.mine:
+            known.add(path)
+        drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays)
 
         def records() -> Iterator[dict]:
-            return read_jsonl(journal, first_record)
+            return read_jsonl(journal_path(out_dir, shard), first_record)
 
         if shard == WHOLE_RUN:
             write_dataset_files(cfg, out_dir, records)
-            for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
-                path.unlink(missing_ok=True)
-            remove_shards_dir_if_empty(out_dir)
-            # An interrupted shard's journal holds records the dataset now has; one whose lock is
-            # there belongs to a shard run going on now (or killed outright) and is left alone.
-            for stale in out_dir.glob(".progress-*-of-*.jsonl"):
-                if not stale.with_suffix(".lock").exists() and file_identity(stale) == identity(cfg):
-                    stale.unlink(missing_ok=True)
+            with after_completion("the dataset"):
+                remove_entry(out_dir, journal_path(out_dir, shard))
+                remove_taken_shard_files(cfg, out_dir)
         else:
-            (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
-            header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}
-            write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
-            journal.unlink()
+            write_shard_file(cfg, out_dir, shard, records)
+            with after_completion(f"shard {shard.k}/{shard.m}"):
+                remove_entry(out_dir, journal_path(out_dir, shard))
         return drawn
+
+
+# -- Merging shards
 
 
 def checked_shard(cfg: Config, path: Path) -> Shard:
     """Which shard a shard file holds, once every one of its records is found in order."""
-    try:
-        rows = read_jsonl(path)
+    with open_regular(path) as lines:
+        rows = (record for _, record in line_records(lines))
         header = next(rows, None)
-        if declared_identity(header) != identity(cfg):
-            raise DatasetError(f"{path.name} belongs to a different dataset (other seed, n or config)")
-        shard = Shard(header["shard"], header["of"])
-        expected = shard.indices(cfg.n)
-        found = (row.get("index") for row in rows)
-        complete = header.get("num_samples") == len(expected) and all(
-            got == want for got, want in itertools.zip_longest(found, expected))
-    except ValueError:  # a line that is not JSON
-        complete = False
+        found = header_fields(header)
+        difference = identity_difference(found, identity_fields(cfg)) if found is not None else None
+        if difference is not None:
+            raise DatasetError(f"{path.name} belongs to a different dataset ({difference})")
+        k, m = (header.get("shard"), header.get("of")) if found is not None else (None, None)
+        complete = type(k) is int and type(m) is int and 0 <= k < m
+        if complete:
+            expected = Shard(k, m).indices(cfg.n)
+            found_indices = (row.get("index") if isinstance(row, dict) else None for row in rows)
+            complete = same_value(header.get("num_samples"), len(expected)) and all(
+                same_value(got, want) for got, want in itertools.zip_longest(found_indices, expected))
     if not complete:
         raise DatasetError(f"{path.name} is incomplete or holds indices of another shard")
-    return shard
+    return Shard(k, m)
+
+
+def complete_shard_set(cfg: Config, paths: list[Path]) -> list[Path]:
+    """The shard files in shard order, once each is checked and every shard of the set is there once."""
+    by_shard: dict[int, Path] = {}
+    shard_count = None
+    for path in paths:
+        shard = checked_shard(cfg, path)
+        if shard_count not in (None, shard.m):
+            raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
+        shard_count = shard.m
+        if shard.k in by_shard:
+            raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
+        by_shard[shard.k] = path
+    missing = sorted(set(range(shard_count)) - set(by_shard))
+    if missing:
+        raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
+    return [by_shard[k] for k in sorted(by_shard)]
 
 
 def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> int:
     """Check every shard file and image, then write the files a single run would have written.
 
     Records are read back from the shard files one at a time, never all held
-    at once. Returns the number of samples.
+    at once. A merge stopped at any point is finished by running it again.
+    Returns how many shard files were merged: 0 if the folder already held the merged dataset.
     """
+    check_output_folder(out_dir)
     if not out_dir.is_dir():
         raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
-    with exclusive_run(out_dir, WHOLE_RUN):  # it writes what a whole run writes
+    with exclusive_run(out_dir, WHOLE_RUN, cfg):  # it writes what a whole run writes
+        refuse_non_files_at_targets(out_dir, WHOLE_RUN)
+        remove_temporaries(out_dir, lambda name: name in {*DATASET_FILES, CONTACT_SHEET_FILE})
+        if merged_dataset_present(cfg, out_dir):  # a second merge, or one stopped while removing shard files
+            with after_completion("the dataset"):
+                remove_taken_shard_files(cfg, out_dir)
+            return 0
         paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
         if not paths:
-            merged = file_identity(out_dir / DATA_FILE) == identity(cfg)
-            raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}"
-                               + (f"; {out_dir} already holds this dataset, merged" if merged else ""))
-        by_shard: dict[int, Path] = {}
-        shard_count = None
-        for path in paths:
-            shard = checked_shard(cfg, path)
-            if shard_count not in (None, shard.m):
-                raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
-            shard_count = shard.m
-            if shard.k in by_shard:
-                raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
-            by_shard[shard.k] = path
-        missing = sorted(set(range(shard_count)) - set(by_shard))
-        if missing:
-            raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
+            raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
         known = KnownRecords(cfg.n)
-        for path in by_shard.values():
+        for path in complete_shard_set(cfg, paths):
             known.add(path)
-        jobs = ((cfg, r["index"], str(out_dir), r) for r in known.records())
+        jobs = ((cfg, index, str(out_dir), record) for index, record in enumerate(known.records()))
         checked = zip(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"), known.records())
-        bad = [record["image"] for matches, record in checked if not matches]
+        bad = [index for index, (matches, _) in enumerate(checked) if not matches]
         if bad:
-            raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, first {bad[0]}")
+            raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, "
+                               f"first {image_name(bad[0], cfg.n)}")
         write_dataset_files(cfg, out_dir, known.records)
-        for path in paths:
-            path.unlink()
-        remove_shards_dir_if_empty(out_dir)
-        return cfg.n
+        with after_completion("the dataset"):
+            remove_taken_shard_files(cfg, out_dir)
+        return len(paths)
 
 
 # ---------------------------------------------------------------------------
@@ -2037,8 +2277,10 @@ def main(argv: list[str] | None = None) -> int:
     previous_handler = signal.signal(signal.SIGTERM, raise_terminated) if in_main_thread else None
     try:
         if args.merge:
-            count = merge_shards(cfg, args.out, workers, args.quiet)
-            done = f"merged shards into {ANNOTATIONS_FILE} and {DATA_FILE}"
+            count = cfg.n
+            merged = merge_shards(cfg, args.out, workers, args.quiet)
+            done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
+                    else "the dataset was merged already; nothing left to do")
         else:
             shard = args.shard or WHOLE_RUN
             count = len(shard.indices(cfg.n))
@@ -2048,13 +2290,18 @@ def main(argv: list[str] | None = None) -> int:
                     else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}, "
                          f"and wrote {files}")
         if args.contact_sheet:
-            write_contact_sheet(args.out, min(args.contact_sheet, count))
-    except Terminated:
-        print("creation.py: terminated; run the same command again to resume", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("creation.py: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+            with after_completion("the dataset"):
+                write_contact_sheet(args.out, min(args.contact_sheet, count))
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
+        how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        completed = getattr(stop, "completed", None)
+        advice = (f"{completed} was already complete; the same command again only tidies up" if completed
+                  else "run the same command again to resume")
+        print(f"creation.py: {how}; {advice}", file=sys.stderr)
+        return status
+    except BadOutput as error:
+        print(f"creation.py: error: {error}", file=sys.stderr)
+        return 2
     except (PlacementError, DatasetError) as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
         return 1
@@ -2071,7 +2318,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

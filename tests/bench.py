@@ -161,7 +161,6 @@ def main():
                         help="images in the longer end-to-end run that measures scaling (default 140)")
     args = parser.parse_args()
     cfg = creation.Config()
-    creation.keep_freed_memory()  # as every generation run does, so stages are timed as they run there
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     stages, sizes = stage_times(cfg, range(args.images))
     medians = {name: statistics.median(times) for name, times in stages.items()}
