@@ -627,7 +627,7 @@ def png_claiming(width, height):
 
 def test_whatever_sits_at_an_image_path_is_redrawn_never_decoded_blindly_or_waited_on(tmp_path):
     clean, out = tmp_path / "clean", tmp_path / "out"
-    args = ["--n", "5", "--seed", str(SEED), "--size", "256", "--min-radius", "40", "--max-radius", "70",
+    args = ["--n", "5", "--seed", str(SEED), "--size", "256", "--original-shapes", "--min-radius", "40", "--max-radius", "70",
             "--interior-margin", "20", "--min-loops", "2", "--max-loops", "3", "--quiet", "--workers", "1"]
     run = [sys.executable, str(ROOT / "creation.py"), *args]
     assert subprocess.run([*run, "--out", str(clean)], timeout=120).returncode == 0
