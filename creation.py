@@ -15,6 +15,8 @@ Output (in the folder holding this file, or --out):
     annotations.jsonl                    one JSON record per image
     data.json                            config, command, answer histogram, all records
 
+Grading model replies lives in scoring.py and publishing (Hub, VLMEvalKit) in
+export.py; `creation.py --evaluate ...` and `--export-hub ...` hand over to them.
 creation.md explains the design; README.md shows how to install and run.
 """
 
@@ -76,6 +78,7 @@ MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per in
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
+GRID_CELL_PX = 4.0  # above the longest segment at default settings (~2.5 px), so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
@@ -94,7 +97,7 @@ CONTACT_SHEET_FILE = "contact_sheet.png"
 ANSWER_DISTRIBUTIONS = ("equal", "uniform")
 ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
-# --balanced budgets, in px for the default drawable side; other canvases scale them.
+# Budgets of the default mode, in px for the default drawable side; other canvases scale them.
 BALANCED_REFERENCE_SIDE_PX = 914.0  # size minus twice interior_margin at the defaults
 BALANCED_MEAN_PERIMETER_PX = (750.0, 1000.0)  # total ink length / max_loops, drawn per image
 BALANCED_PERIMETER_PX = (550.0, 2600.0)  # bounds on one loop's share of the ink
@@ -105,7 +108,7 @@ BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
 # A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
 # count then gives N away; a partial share plus many random curls keeps each statistic alone within about
 # 10 points of chance (a model over both still does better: creation.md, "Still open").
-CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops (0.9 let counting curls alone reach 62 % within one)
+CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops; more would let the curl count give N away
 # Curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror; set for
 # BALANCED_CURL_LOOPS = --max-loops and scaled with it, as the ink and so the room for curls is.
 BALANCED_EXTRA_CURLS = 14.0
@@ -263,7 +266,7 @@ def flag(field_name: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Curve sampling
+# Loop shapes: waypoints on a ring and the periodic spline through them (both modes)
 
 
 def ring_angles(count: int, angle_jitter: float, rng: np.random.Generator) -> np.ndarray:
@@ -305,11 +308,11 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
 
 
 # ---------------------------------------------------------------------------
-# Balanced mode: per-image budgets of ink length, turning and crossings
+# Loop shapes, default mode: per-image budgets of ink length, turning and crossings
 #
 # Drawn alike, loops give N away through two identities: the ink length is N
 # times the mean perimeter, and every closed loop turns through at least 2 pi.
-# Balanced mode draws a total perimeter per image, independent of N, and
+# The default mode draws a total perimeter per image, independent of N, and
 # splits it among the loops. It weakens the link between total turning and N
 # by adding curls (small loop-de-loops: self-crossings that turn once more),
 # some for each loop short of max_loops and many more at random, so that
@@ -321,7 +324,7 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
 
 @dataclass(frozen=True)
 class LoopShape:
-    """What balanced mode asks of one loop; its exact form is redrawn on every attempt."""
+    """What the budgeted default asks of one loop; its exact form is redrawn on every attempt."""
 
     perimeter: float  # px, met exactly by scaling
     waypoints: int  # ring waypoints before curls
@@ -436,7 +439,7 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
 
 
 def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Points and radius of curvature of one balanced loop, scaled to its exact perimeter."""
+    """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter."""
     points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), cfg.points_per_loop)
     factor = shape.perimeter / np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum()
     return factor * points, factor * curvature_radius
@@ -453,12 +456,12 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 
 
 # ---------------------------------------------------------------------------
-# Geometry checks: pure numpy over flat tables of segments
+# Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles,
+# parallel stretches, curl size)
 
 
-# numpy's indexing takes a general, slow path for these two cases; np.take and
-# np.compress give the same arrays faster (numpy 2.4, rows of an (M, 2) array:
-# 14x for 60,000 indices, 4-11x for a mask that keeps 14-50 %).
+# numpy's fancy indexing takes a general, slow path for these two cases; np.take and
+# np.compress give the same arrays faster.
 
 
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -766,9 +769,6 @@ def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, 
     return None
 
 
-GRID_CELL_PX = 4.0  # above the longest segment at default settings (~2.5 px), so a crossing search reads 3 x 3 cells
-
-
 @dataclass(frozen=True)
 class SegmentGrid:
     """Segment rows bucketed by the square cell that holds their midpoint.
@@ -819,6 +819,92 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     return rows_where(point, close), rows_where(segment, close)
 
 
+def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
+    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
+    segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
+    tree, longest = cKDTree(segs.mid), longest_segment(segs)
+
+    def pairs_within(radius: float) -> np.ndarray:
+        return separate_strand_pairs(segs, tree.query_pairs(radius, output_type="ndarray").astype(np.int64), cfg)
+
+    return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
+
+
+def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
+    """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
+    segs, crossings, _ = find_all_events(loops, cfg)
+    longest = longest_segment(segs)
+    found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
+    runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
+    return float(runs.max(initial=0.0))
+
+
+def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
+    """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
+    segs, crossings, near = find_all_events(loops, cfg)
+    faults = []
+    if np.any(crossings.angle_deg < cfg.min_crossing_angle):
+        faults.append("crossing_angle")
+    too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
+    faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
+    for loop_id, points in enumerate(loops):
+        mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
+        if len(mine) and lobe_reach_px(loop_segments(points, loop_id), crossings.take(mine)).min() < cfg.min_curl_px:
+            faults.append("curl_size")
+            break
+    if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
+        faults.append("min_gap")
+    if longest_parallel_run_px(loops, cfg) > cfg.max_parallel_run:
+        faults.append("parallel")
+    points = np.concatenate(loops)
+    if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
+        faults.append("interior_margin")
+    return faults
+
+
+# ---------------------------------------------------------------------------
+# The sampler: how the answer N is decided, then loops placed one at a time
+
+
+def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
+    """The answer for sample `index`, fixed before any loop is drawn or rejected.
+
+    "equal": each block of K consecutive indices (K possible counts) holds
+    every count once, in an order drawn from the run seed and the block number
+    alone. Any shard computes the same count for the same index, and in any
+    prefix of the dataset each count is within one of an equal share.
+    "uniform": an independent draw from the sample's own stream, as in the
+    original task description.
+    """
+    if cfg.answers == "uniform":
+        return int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
+    counts = np.arange(cfg.min_loops, cfg.max_loops + 1)
+    block, slot = divmod(index, len(counts))
+    # A two-element spawn key can never equal a sample's one-element key.
+    block_rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(ANSWER_STREAM, block)))
+    return int(block_rng.permutation(counts)[slot])
+
+
+class PlacementError(RuntimeError):
+    pass
+
+
+LOOSEN = {  # what to change when most redraws break a rule
+    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
+                 "or --radius-jitter)",
+    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
+    "crossing_angle": "lower --max-loops or --min-crossing-angle",
+    "crossing_separation": "lower --max-loops or --min-crossing-separation",
+    "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
+                            "the same two loops must leave a gap of --min-gap between them)",
+    "min_gap": "lower --max-loops or --min-gap",
+    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
+    "curl_size": "lower --min-curl-px",
+    "disconnected": "lower --max-loops",
+    "crossing_budget": "lower --max-loops",
+}
+
+
 @dataclass(frozen=True)
 class Tangle:
     """Loops accepted so far, with their segments, a spatial index and their crossings."""
@@ -841,7 +927,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
 
     Only pairs involving the new loop are examined: the old loops were
     checked when they were added and nothing about them has changed. A
-    balanced-mode shape also asks the loop to cross an earlier one, and to keep
+    budgeted shape also asks the loop to cross an earlier one, and to keep
     the crossings between loops within its crossing_cap.
     """
     new = loop_segments(points, len(tangle.loops))
@@ -889,86 +975,22 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
                   longest), None
 
 
-def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
-    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
-    segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
-    tree, longest = cKDTree(segs.mid), longest_segment(segs)
+def draw_loop(cfg: Config, rng: np.random.Generator,
+              shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
+    """One loop placed on the canvas, or None with the rule its shape broke on its own.
 
-    def pairs_within(radius: float) -> np.ndarray:
-        return separate_strand_pairs(segs, tree.query_pairs(radius, output_type="ndarray").astype(np.int64), cfg)
-
-    return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
-
-
-def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
-    """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
-    segs, crossings, _ = find_all_events(loops, cfg)
-    longest = longest_segment(segs)
-    found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
-    runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
-    return float(runs.max(initial=0.0))
-
-
-def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
-    """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
-    segs, crossings, near = find_all_events(loops, cfg)
-    faults = []
-    if np.any(crossings.angle_deg < cfg.min_crossing_angle):
-        faults.append("crossing_angle")
-    too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
-    faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
-    for loop_id, points in enumerate(loops):
-        mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
-        if len(mine) and lobe_reach_px(loop_segments(points, loop_id), crossings.take(mine)).min() < cfg.min_curl_px:
-            faults.append("curl_size")
-            break
-    if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
-        faults.append("min_gap")
-    if longest_parallel_run_px(loops, cfg) > cfg.max_parallel_run:
-        faults.append("parallel")
-    points = np.concatenate(loops)
-    if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
-        faults.append("interior_margin")
-    return faults
-
-
-class PlacementError(RuntimeError):
-    pass
-
-
-LOOSEN = {  # what to change when most redraws break a rule
-    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
-                 "or --radius-jitter)",
-    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
-    "crossing_angle": "lower --max-loops or --min-crossing-angle",
-    "crossing_separation": "lower --max-loops or --min-crossing-separation",
-    "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
-                            "the same two loops must leave a gap of --min-gap between them)",
-    "min_gap": "lower --max-loops or --min-gap",
-    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
-    "curl_size": "lower --min-curl-px",
-    "disconnected": "lower --max-loops",
-    "crossing_budget": "lower --max-loops",
-}
-
-
-def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
-    """The answer for sample `index`, fixed before any loop is drawn or rejected.
-
-    "equal": each block of K consecutive indices (K possible counts) holds
-    every count once, in an order drawn from the run seed and the block number
-    alone. Any shard computes the same count for the same index, and in any
-    prefix of the dataset each count is within one of an equal share.
-    "uniform": an independent draw from the sample's own stream, as in the
-    original task description.
+    shape is the budgeted target for this loop, None with --original-shapes.
     """
-    if cfg.answers == "uniform":
-        return int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
-    counts = np.arange(cfg.min_loops, cfg.max_loops + 1)
-    block, slot = divmod(index, len(counts))
-    # A two-element spawn key can never equal a sample's one-element key.
-    block_rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(ANSWER_STREAM, block)))
-    return int(block_rng.permutation(counts)[slot])
+    if shape is None:
+        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
+    else:
+        points, curvature_radius = balanced_loop(shape, cfg, rng)
+    if curvature_radius.min() < cfg.min_curvature_radius:
+        return None, "curvature"
+    placed = place_in_canvas(points, cfg, rng)
+    if placed is None:
+        return None, "interior_margin"
+    return placed, None
 
 
 def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
@@ -1005,24 +1027,6 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
         f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {LOOSEN[reason]}")
 
 
-def draw_loop(cfg: Config, rng: np.random.Generator,
-              shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
-    """One loop placed on the canvas, or None with the rule its shape broke on its own.
-
-    shape is balanced mode's target for this loop, None in the default mode.
-    """
-    if shape is None:
-        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
-    else:
-        points, curvature_radius = balanced_loop(shape, cfg, rng)
-    if curvature_radius.min() < cfg.min_curvature_radius:
-        return None, "curvature"
-    placed = place_in_canvas(points, cfg, rng)
-    if placed is None:
-        return None, "interior_margin"
-    return placed, None
-
-
 # ---------------------------------------------------------------------------
 # Rendering: points in, PIL image out
 
@@ -1052,7 +1056,7 @@ def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Dot product of every vector (S, 2) with every offset (W, 2).  (S, W)
 
     Spelled out rather than `@`: a BLAS product would start threads of its own
-    that fight the worker processes for the cores (2 workers ran 1.3x one worker instead of 1.9x).
+    that fight the worker processes for the cores.
     """
     product = np.multiply.outer(vectors[:, 0], offsets[:, 0])
     product += np.multiply.outer(vectors[:, 1], offsets[:, 1])
@@ -1089,7 +1093,7 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     squared -= along_dot
     cover = np.sqrt(np.maximum(squared, 0.0, out=squared), out=squared)
     np.subtract(half + 0.5, cover, out=cover)
-    # Flat indices and one division: three times faster than nonzero's two index arrays.
+    # Flat indices and one division: cheaper than nonzero's two index arrays.
     reaching = np.flatnonzero(cover > 0)  # (segment, offset) pairs whose pixel the stroke reaches, row-major
     rows, cols = np.divmod(reaching, len(window))
     # A margin as wide as the window keeps every offset on the padded canvas, so nothing needs a bounds check.
@@ -1129,7 +1133,7 @@ def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Gene
     coverage = stroke_coverage(loops, cfg).ravel()
     tone = bare_canvas(cfg, rng)
     # Inked pixels (about one in twenty) get the same noise, added before rounding.
-    inked = np.flatnonzero(coverage > 0)  # a boolean mask is found three times faster than float nonzeros
+    inked = np.flatnonzero(coverage > 0)  # a boolean mask is cheaper to search than float nonzeros
     noise = rng.standard_normal(len(inked), dtype=np.float32) * NOISE_SIGMA_TONE
     tone[inked] = np.clip(np.rint(PAPER_TONE + rows_at(coverage, inked) * (INK_TONE - PAPER_TONE) + noise), 0, 255)
     image = Image.fromarray(tone.reshape(cfg.size, cfg.size), mode="L")
