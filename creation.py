@@ -153,8 +153,8 @@ class Config:
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
-    min_gap: float = knob(9.0, "closest two strands' centre lines may come away from a crossing, px; at least "
-                          "the stroke width plus 3", "traceability rules")
+    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px; at "
+                          "least the stroke width plus 3", "traceability rules")
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
                                "side, px", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
@@ -183,7 +183,7 @@ class Config:
             defaults = Config.__dataclass_fields__
             unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
             if unused:
-                raise ValueError(f"{', '.join(unused)} shape(s) loops only with --original-shapes; by default each "
+                raise ValueError(f"{', '.join(unused)}: used only with --original-shapes; by default each "
                                  "loop's size comes from its share of the image's ink budget")
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -2237,7 +2237,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     given = given_config(args)
     unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if name in given]
     if unused and not args.original_shapes:  # named at its default value, which Config cannot tell
-        raise ValueError(f"{', '.join(unused)} shape(s) loops only with --original-shapes; by default each "
+        raise ValueError(f"{', '.join(unused)}: used only with --original-shapes; by default each "
                          "loop's size comes from its share of the image's ink budget")
     return Config(**given)
 
