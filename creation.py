@@ -14,6 +14,7 @@ Output (in the folder holding this file, or --out):
     images/tangled_loops_00000.png ...   one PNG per sample
     annotations.jsonl                    one JSON record per image
     data.json                            config, command, answer histogram, all records
+    scenes/tangled_loops_00000.json ...  with --scenes: each image's loops and crossings, in its pixels
 
 Grading model replies lives in scoring.py and publishing (Hub, VLMEvalKit) in
 export.py; `creation.py --evaluate ...` and `--export-hub ...` hand over to them.
@@ -1235,7 +1236,8 @@ def scene_of(record: dict, tangle: Tangle) -> dict:
     the first, which is not repeated), the straight segments the image was
     drawn from, split where one is longer than SCENE_MAX_ARC_PX; its bbox
     bounds the centre line, not the stroke. Each crossing names its loops
-    as indices into "loops", a <= b, a == b where a loop crosses itself.
+    as indices into "loops", a <= b, a == b where a loop crosses itself,
+    with its acute angle in degrees to 0.01. Coordinates are rounded to 0.1 px.
     """
     slack = 2 * math.sqrt(2) * 0.5 * 10 ** -SCENE_DECIMALS  # how much longer rounding can make a segment
     loops = []
@@ -1298,7 +1300,8 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 # head lines (generator version and config, one field a line) say whose it is.
 # What a run deletes: the tool's own files it can name, in folders that really
 # are inside the output folder; an image only when a record of the dataset
-# being replaced names it and its pixels match that record.
+# being replaced names it and its pixels match that record; a scene file only
+# when it names a replaced record's image, index and pixel hash.
 
 
 class DatasetError(RuntimeError):
