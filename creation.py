@@ -14,6 +14,7 @@ Output (in the folder holding this file, or --out):
     images/tangled_loops_00000.png ...   one PNG per sample
     annotations.jsonl                    one JSON record per image
     data.json                            config, command, answer histogram, all records
+    scenes/tangled_loops_00000.json ...  with --scenes: each image's loops and crossings, in its pixels
 
 Grading model replies lives in scoring.py and publishing (Hub, VLMEvalKit) in
 export.py; `creation.py --evaluate ...` and `--export-hub ...` hand over to them.
@@ -94,6 +95,9 @@ REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (
 CROSSING_RING_PX = 9  # radius of the ring marking a crossing in an overlay
 THUMBNAIL_PX = 256  # side of one image on the contact sheet
 CONTACT_SHEET_FILE = "contact_sheet.png"
+SCENES_DIR = "scenes"  # one JSON file of geometry per image: never inside images/
+SCENE_MAX_ARC_PX = 4.0  # most arc between consecutive points of a scene's polyline
+SCENE_DECIMALS = 1  # scene coordinates are rounded to 0.1 px
 ANSWER_DISTRIBUTIONS = ("equal", "uniform")
 ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
@@ -1206,6 +1210,54 @@ def overlay_name(index: int, n: int) -> str:
     return f"{REVIEW_DIR}/overlays/{Path(image_name(index, n)).name}"
 
 
+def scene_name(index: int, n: int) -> str:
+    return f"{SCENES_DIR}/{Path(image_name(index, n)).stem}.json"
+
+
+def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
+    """A closed polyline (P, 2) with points added along its straight segments, so none is longer
+    than max_step_px; the original points are kept, in order.  (Q, 2), Q >= P"""
+    step = np.roll(points, -1, axis=0) - points  # (P, 2) from each point to the next, the last back to the first
+    pieces = np.maximum(np.ceil(np.hypot(*step.T) / max_step_px), 1).astype(np.int64)  # (P,)
+    owner = np.repeat(np.arange(len(points)), pieces)  # (Q,) the segment each output point lies on
+    first = np.cumsum(pieces) - pieces  # (P,) output row of each original point
+    fraction = (np.arange(len(owner)) - rows_at(first, owner)) / rows_at(pieces, owner)  # (Q,) in [0, 1)
+    return rows_at(points, owner) + fraction[:, None] * rows_at(step, owner)
+
+
+def scene_of(record: dict, tangle: Tangle) -> dict:
+    """The geometry of one sample as its scene file holds it, in pixel coordinates of the saved image.
+
+    The generator's points already are those coordinates: stroke_coverage
+    shades pixel (column c, row r), whose centre is (c + 0.5, r + 0.5), by
+    its distance to the segments, so a point (x, y) lies in column floor(x)
+    and row floor(y) (x right, y down, origin at the image's top-left corner).
+    Each loop is its centre line as a closed polyline (the last point joins
+    the first, which is not repeated), the straight segments the image was
+    drawn from, split where one is longer than SCENE_MAX_ARC_PX; its bbox
+    bounds the centre line, not the stroke. Each crossing names its loops
+    as indices into "loops", a <= b, a == b where a loop crosses itself,
+    with its acute angle in degrees to 0.01. Coordinates are rounded to 0.1 px.
+    """
+    slack = 2 * math.sqrt(2) * 0.5 * 10 ** -SCENE_DECIMALS  # how much longer rounding can make a segment
+    loops = []
+    for points in tangle.loops:
+        rounded = np.round(subdivide_closed(points, SCENE_MAX_ARC_PX - slack), SCENE_DECIMALS)
+        low, high = rounded.min(axis=0), rounded.max(axis=0)
+        loops.append({"points": rounded.tolist(), "bbox": [*low.tolist(), *high.tolist()]})
+    crossings = tangle.crossings
+    pairs = np.sort(np.column_stack([crossings.loop_a, crossings.loop_b]).astype(np.int64), axis=1)  # (C, 2)
+    return {
+        "image": record["image"],
+        "index": record["index"],
+        "pixel_sha256": record["pixel_sha256"],
+        "loops": loops,
+        "crossings": [{"xy": xy, "loops": pair, "angle_deg": angle}
+                      for xy, pair, angle in zip(np.round(crossings.point, SCENE_DECIMALS).tolist(), pairs.tolist(),
+                                                 np.round(crossings.angle_deg, 2).tolist())],
+    }
+
+
 def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:
     """The fields of a sample's record that follow from the config and the index alone, in record order."""
     return {"image": image_name(index, cfg.n), "width": cfg.size, "height": cfg.size, "num_loops": num_loops,
@@ -1248,7 +1300,8 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 # head lines (generator version and config, one field a line) say whose it is.
 # What a run deletes: the tool's own files it can name, in folders that really
 # are inside the output folder; an image only when a record of the dataset
-# being replaced names it and its pixels match that record.
+# being replaced names it and its pixels match that record; a scene file only
+# when it names a replaced record's image, index and pixel hash.
 
 
 class DatasetError(RuntimeError):
@@ -1279,6 +1332,8 @@ SHARDS_DIR = "shards"
 DATASET_FILES = (ANNOTATIONS_FILE, DATA_FILE)
 IMAGE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.png$")
 IMAGE_PATH_RE = re.compile(rf"^{IMAGES_DIR}/{TASK_NAME}_\d+\.png$")  # how a record names its image
+SCENE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.json$")
+MAX_SCENE_BYTES = 1 << 28  # far above any scene (about 15 bytes a point): a larger file is not read, and is redrawn
 TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.tmp\d+$")
 SHARD_NAME_RE = re.compile(r"^shard-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")
 HEAD_FIELD_RE = re.compile(r'^( {1,2})"(\w+)": (.*?),?\s*$')  # a "key": value line of data.json's head
@@ -1674,12 +1729,29 @@ def image_matches(path: Path, sha256, size) -> bool:
         return False  # missing, truncated, not a PNG, not a regular file, or a header past Pillow's limits
 
 
+def scene_matches(path: Path, record) -> bool:
+    """Whether path holds a regular file of JSON naming the record's image, index and pixel_sha256:
+    the scene written with that image. A file too large for any scene is not read."""
+    if not isinstance(record, dict):
+        return False
+    try:
+        with open_regular(path) as file:
+            if os.fstat(file.fileno()).st_size > MAX_SCENE_BYTES:
+                return False
+            scene = parse_line(file.read())
+    except (OSError, DatasetError):
+        return False  # missing, unreadable, or not a regular file
+    return isinstance(scene, dict) and all(same_value(scene.get(key), record.get(key))
+                                           for key in ("image", "index", "pixel_sha256"))
+
+
 # -- Removing files (each function here deletes, and says so)
 
 
 def remove_replaced_dataset(cfg: Config, out_dir: Path, survey: Survey) -> None:
-    """--overwrite: delete another dataset's files, and the images and overlays its own records name
-    whose pixels still match those records; nothing a record does not name is touched."""
+    """--overwrite: delete another dataset's files, the images and overlays its own records name
+    whose pixels still match those records, and the scene files naming those records; nothing a
+    record does not name is touched."""
     foreign = [path for path, _ in survey.foreign]
     annotations = out_dir / ANNOTATIONS_FILE
     if annotations.exists() and annotations not in survey.mine and annotations not in foreign:
@@ -1697,13 +1769,17 @@ def remove_replaced_dataset(cfg: Config, out_dir: Path, survey: Survey) -> None:
 
 def remove_matching_images(cfg: Config, out_dir: Path, records_file: Path) -> None:
     """Delete each image (and its overlay) a replaced dataset's records file names, if its pixels match
-    the record: also under a name the new dataset uses, so no overlay of the old image outlives it."""
+    the record, and its scene file if that names the record's image, index and pixels: also under a
+    name the new dataset uses, so no overlay or scene of the old image outlives it."""
     with open_regular(records_file) as lines:
         for _, record in line_records(lines):
             name = record.get("image") if isinstance(record, dict) else None
             if not (isinstance(name, str) and IMAGE_PATH_RE.match(name)):
                 continue
             basename = name.rsplit("/", 1)[1]
+            scene = out_dir / SCENES_DIR / f"{Path(basename).stem}.json"
+            if inside(out_dir, scene.parent) and scene_matches(scene, record):  # never through a symlinked scenes/
+                remove_entry(out_dir, scene)
             path = out_dir / name
             if not inside(out_dir, path.parent):
                 continue  # images/ leads out of the folder
@@ -1731,7 +1807,7 @@ def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
     Another shard may be writing its own temporaries into the same folder
     right now, so only names for which owns(name) holds are touched.
     """
-    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SHARDS_DIR,
+    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SCENES_DIR, out_dir / SHARDS_DIR,
                    out_dir / REVIEW_DIR, out_dir / REVIEW_DIR / "overlays"):
         if not (folder.is_dir() and inside(out_dir, folder)):
             continue
@@ -1759,28 +1835,36 @@ def remove_taken_shard_files(cfg: Config, out_dir: Path) -> None:
 # -- Drawing
 
 
-def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> tuple[dict, bool]:
+def produce_sample(job: tuple[Config, int, str, dict | None, bool, bool]) -> tuple[dict, bool]:
     """Worker: keep an image that already matches its record, else make and write it.
 
     Returns the record and whether the image was drawn. With overlays asked
     for, a missing overlay is drawn from the sample's own geometry
-    (regenerated when the image itself was kept).
+    (regenerated when the image itself was kept); with scenes, likewise a
+    scene file that is missing or names another image, index or pixels.
     """
-    cfg, index, out_dir, expected, with_overlay = job
+    cfg, index, out_dir, expected, with_overlay, with_scene = job
     path = Path(out_dir) / image_name(index, cfg.n)
     overlay_path = Path(out_dir) / overlay_name(index, cfg.n)
+    scene_path = Path(out_dir) / scene_name(index, cfg.n)
     keep_image = (expected is not None and record_fits(cfg, expected)
                   and image_matches(path, expected.get("pixel_sha256"), (cfg.size, cfg.size)))
-    if keep_image and (overlay_path.exists() or not with_overlay):
+    need_overlay = with_overlay and not (keep_image and overlay_path.exists())
+    need_scene = with_scene and not (keep_image and scene_matches(scene_path, expected))
+    if keep_image and not (need_overlay or need_scene):
         return expected, False
-    if not keep_image and path.is_dir() and not path.is_symlink():
-        raise BadOutput(f"{path} is a folder where the run writes an image: move it away")
+    for target, what, needed in ((path, "an image", not keep_image), (scene_path, "a scene file", need_scene)):
+        if needed and target.is_dir() and not target.is_symlink():
+            raise BadOutput(f"{target} is a folder where the run writes {what}: move it away")
     image, record, tangle = make_sample(cfg, index)
     if not keep_image:
         write_atomic(path, lambda tmp: save_png(image, tmp))
-    if with_overlay:
+    if need_overlay:
         overlay = render_overlay(image, tangle, cfg)
         write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp))
+    if need_scene:
+        scene = json.dumps(scene_of(record, tangle), ensure_ascii=False) + "\n"
+        write_atomic(scene_path, lambda tmp: tmp.write_text(scene, encoding="utf-8"))
     return record, not keep_image
 
 
@@ -1797,11 +1881,14 @@ def write_contact_sheet(out_dir: Path, count: int) -> None:
     write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE, lambda tmp: save_png(sheet, tmp))
 
 
-def check_image(job: tuple[Config, int, str, dict | None]) -> bool:
-    """Worker: whether a record fits the config and its image is on disk with the recorded pixels."""
-    cfg, index, out_dir, record = job
-    return record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"], record.get("pixel_sha256"),
-                                                      (cfg.size, cfg.size))
+def check_image(job: tuple[Config, int, str, dict | None, bool]) -> tuple[bool, bool]:
+    """Worker: whether a record fits the config and its image is on disk with the recorded pixels, and
+    (asked for, else True) whether its scene file is there naming the record's image, index and pixels."""
+    cfg, index, out_dir, record, with_scene = job
+    image_ok = record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"],
+                                                          record.get("pixel_sha256"), (cfg.size, cfg.size))
+    scene_ok = not with_scene or scene_matches(Path(out_dir) / scene_name(index, cfg.n), record)
+    return image_ok, scene_ok
 
 
 def worker_signals(parent_pid: int) -> None:
@@ -1997,7 +2084,7 @@ def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwri
 
 
 def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecords, workers: int,
-                    quiet: bool, overlays: bool) -> tuple[int, int]:
+                    quiet: bool, overlays: bool, scenes: bool) -> tuple[int, int]:
     """Keep or draw each sample of the shard, appending its record to the journal as it comes.
 
     Returns how many images were drawn and the journal offset of this
@@ -2007,7 +2094,9 @@ def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecord
     indices = shard.indices(cfg.n)
     if overlays:
         (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-    jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
+    if scenes:
+        (out_dir / SCENES_DIR).mkdir(exist_ok=True)
+    jobs = ((cfg, index, str(out_dir), known.get(index), overlays, scenes) for index in indices)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
     with open_regular(journal_path(out_dir, shard), flags, "a", encoding="utf-8") as log:
         log.write(json.dumps(identity(cfg)) + "\n" if log.tell() == 0 else "\n")  # "\n" ends a line cut short
@@ -2021,18 +2110,21 @@ def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecord
                 log.flush()
         except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
             results.close()
-            remove_temporaries(out_dir, lambda name: owns_image(cfg, shard, name))
+            remove_temporaries(out_dir, lambda name: owns_sample_file(cfg, shard, name))
             raise
     return drawn, first_record
 
 
-def owns_image(cfg: Config, shard: Shard, name: str) -> bool:
-    index = image_index(name, cfg.n)
+def owns_sample_file(cfg: Config, shard: Shard, name: str) -> bool:
+    """Whether name is the image or scene file of one of the shard's samples."""
+    scene = SCENE_NAME_RE.match(name)
+    index = image_index(f"{name[:-len('.json')]}.png" if scene else name, cfg.n)
     return index is not None and index in shard.indices(cfg.n)
 
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False,
-                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False) -> int:
+                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False,
+                     scenes: bool = False) -> int:
     """Make every sample of a shard (the whole dataset by default), resuming where a run stopped.
 
     Samples already on disk with their recorded pixels are kept; the rest are
@@ -2053,11 +2145,11 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         files = {journal_path(out_dir, shard).name, shard_path(out_dir, shard).name}
         if shard == WHOLE_RUN:
             files |= {*DATASET_FILES, CONTACT_SHEET_FILE}
-        remove_temporaries(out_dir, lambda name: name in files or owns_image(cfg, shard, name))
+        remove_temporaries(out_dir, lambda name: name in files or owns_sample_file(cfg, shard, name))
         known = KnownRecords(cfg.n)
         for path in survey.mine:
             known.add(path)
-        drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays)
+        drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
 
         def records() -> Iterator[dict]:
             return read_jsonl(journal_path(out_dir, shard), first_record)
@@ -2116,8 +2208,28 @@ def complete_shard_set(cfg: Config, paths: list[Path]) -> list[Path]:
     return [by_shard[k] for k in sorted(by_shard)]
 
 
-def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> int:
-    """Check every shard file and image, then write the files a single run would have written.
+def check_sample_files(cfg: Config, out_dir: Path, known: KnownRecords, workers: int, quiet: bool,
+                       scenes: bool) -> None:
+    """Refuse, naming the first bad file, unless every record fits and its image (and with scenes, its
+    scene file) is on disk and matches it."""
+    jobs = ((cfg, index, str(out_dir), record, scenes) for index, record in enumerate(known.records()))
+    bad_images, bad_scenes = [], []
+    for index, (image_ok, scene_ok) in enumerate(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking")):
+        if not image_ok:
+            bad_images.append(index)
+        if not scene_ok:
+            bad_scenes.append(index)
+    if bad_images:
+        raise DatasetError(f"{len(bad_images)} image(s) missing or not matching their record, "
+                           f"first {image_name(bad_images[0], cfg.n)}")
+    if bad_scenes:
+        raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, "
+                           f"first {scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
+
+
+def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False) -> int:
+    """Check every shard file and image (and with scenes, every scene file), then write the files a
+    single run would have written.
 
     Records are read back from the shard files one at a time, never all held
     at once. A merge stopped at any point is finished by running it again.
@@ -2130,6 +2242,10 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
         refuse_non_files_at_targets(out_dir, WHOLE_RUN)
         remove_temporaries(out_dir, lambda name: name in {*DATASET_FILES, CONTACT_SHEET_FILE})
         if merged_dataset_present(cfg, out_dir):  # a second merge, or one stopped while removing shard files
+            if scenes:  # asked for now, maybe not at the first merge
+                known = KnownRecords(cfg.n)
+                known.add(out_dir / ANNOTATIONS_FILE)
+                check_sample_files(cfg, out_dir, known, workers, quiet, scenes)
             with after_completion("the dataset"):
                 remove_taken_shard_files(cfg, out_dir)
             return 0
@@ -2139,12 +2255,7 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) 
         known = KnownRecords(cfg.n)
         for path in complete_shard_set(cfg, paths):
             known.add(path)
-        jobs = ((cfg, index, str(out_dir), record) for index, record in enumerate(known.records()))
-        checked = zip(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"), known.records())
-        bad = [index for index, (matches, _) in enumerate(checked) if not matches]
-        if bad:
-            raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, "
-                               f"first {image_name(bad[0], cfg.n)}")
+        check_sample_files(cfg, out_dir, known, workers, quiet, scenes)
         write_dataset_files(cfg, out_dir, known.records)
         with after_completion("the dataset"):
             remove_taken_shard_files(cfg, out_dir)
@@ -2199,11 +2310,15 @@ def build_parser() -> OneLineParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")
-    review = p.add_argument_group("review pictures (outside images/, never part of the dataset)")
+    review = p.add_argument_group("extra outputs (outside images/, never part of the dataset files)")
     review.add_argument("--overlays", action="store_true",
                         help="also write review/overlays/*.png: each loop in its own colour, crossings ringed")
     review.add_argument("--contact-sheet", type=int, default=0, metavar="K",
                         help="also write review/contact_sheet.png: the first K images with their answers (default 0: none)")
+    review.add_argument("--scenes", action="store_true",
+                        help="Also write scenes/<image name>.json for every image: each loop's centre line as a "
+                             "closed polyline and every crossing, in the image's pixel coordinates. With --merge, "
+                             "check that every scene file is there and matches its record.")
     scale = p.add_argument_group("sharding (runs on many machines)")
     scale.add_argument("--shard", type=parse_shard, metavar="K/M",
                        help="make only shard K of M (K = 0..M-1) into --out, plus a shard file; then --merge")
@@ -2282,13 +2397,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.merge:
             count = cfg.n
-            merged = merge_shards(cfg, args.out, workers, args.quiet)
+            merged = merge_shards(cfg, args.out, workers, args.quiet, args.scenes)
             done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
                     else "the dataset was merged already; nothing left to do")
         else:
             shard = args.shard or WHOLE_RUN
             count = len(shard.indices(cfg.n))
-            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays)
+            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays,
+                                     args.scenes)
             files = f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name
             done = (f"wrote {count} images and {files}" if drawn == count
                     else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}, "
