@@ -18,7 +18,10 @@ beside it as a sign of the noise. Rows:
       the default mode over --original-shapes is issue 14's cost ratio (<= 1.3);
   start-up: `python -c "import creation"` and `python creation.py --help`;
   per-stage medians of the default mode (sampling, split into drawing and
-      validating candidate loops; rendering; encoding; hashing; writing);
+      validating candidate loops; rendering; encoding; hashing; writing), with
+      context timed apart (the noisy canvas, the strokes, the same image saved
+      with Pillow's PNG defaults and as RGB at zlib 6) and the pipeline over
+      the encode;
   bytes per image of each program's PNGs;
   2 workers against 1 over --long-run images (whole processes);
   peak resident memory of a one-worker run at two --n values (flat in n).
@@ -145,7 +148,8 @@ def stage_times(cfg, indices) -> dict:
     loops placed so far, alternately, so the two are told apart by timing the
     functions that do each (sample = draw + validate + a little bookkeeping).
     """
-    stages = {name: [] for name in ("sample", "draw", "validate", "render", "encode", "hash", "write", "total")}
+    stages = {name: [] for name in ("sample", "draw", "validate", "render", "encode", "hash", "write", "total",
+                                    "canvas_noise", "strokes", "png_default", "rgb_zlib6")}
     with tempfile.TemporaryDirectory() as tmp:
         for index in indices:
             draw, validate = Stopwatch("draw_loop"), Stopwatch("try_add_loop")
@@ -171,6 +175,16 @@ def stage_times(cfg, indices) -> dict:
                                   ("encode", after_encode - after_render), ("hash", after_hash - after_encode),
                                   ("write", done - after_hash), ("total", done - clock)):
                 stages[name].append(seconds)
+            # Context only, outside the total: two parts of rendering alone (the noisy bare
+            # canvas, which any image of this task needs, and the antialiased strokes), and the
+            # same final image saved by Pillow with its default PNG settings and as RGB at zlib 6.
+            for name, step in (("canvas_noise", lambda: creation.bare_canvas(cfg, creation.sample_rng(cfg, index))),
+                               ("strokes", lambda: creation.stroke_coverage(tangle.loops, cfg)),
+                               ("png_default", lambda: image.save(io.BytesIO(), format="PNG")),
+                               ("rgb_zlib6", lambda: image.convert("RGB").save(io.BytesIO(), format="PNG"))):
+                clock = time.perf_counter()
+                step()
+                stages[name].append(time.perf_counter() - clock)
     return stages
 
 
@@ -252,10 +266,21 @@ def print_startup(runs: int) -> None:
 def print_stages(cfg: creation.Config, count: int) -> None:
     stages = stage_times(cfg, range(count))
     labels = {"draw": "(of sample: drawing candidate loops)", "validate": "(of sample: validating them)",
-              "write": "(writing the file, not in make_sample)"}
+              "write": "(writing the file, not in make_sample)",
+              "canvas_noise": "(of render: the noisy bare canvas alone, timed apart, not part of total)",
+              "strokes": "(of render: the antialiased strokes alone, timed apart, not part of total)",
+              "png_default": "(the same image saved with Pillow's default PNG settings, not part of total)",
+              "rgb_zlib6": "(the same image as RGB at zlib level 6, not part of total)"}
+    medians = {name: statistics.median(seconds) for name, seconds in stages.items()}
     print(f"per stage, default mode, median seconds per image over {count} images:")
-    for name, seconds in stages.items():
-        print(f"  {name:<12}{statistics.median(seconds):8.4f} {labels.get(name, '')}".rstrip())
+    for name, seconds in medians.items():
+        print(f"  {name:<12}{seconds:8.4f} {labels.get(name, '')}".rstrip())
+    ratios = [t / e for t, e in zip(stages["total"], stages["encode"])]
+    # What no pipeline emitting these files can skip, with geometry and strokes free: the
+    # encode itself, the canvas noise the task asks for, and the pixel hash each record carries.
+    floor = [(e + c + h) / e for e, c, h in zip(stages["encode"], stages["canvas_noise"], stages["hash"])]
+    print(f"  pipeline / encode: median {statistics.median(ratios):.2f}x; with no loops at all, encode + canvas "
+          f"noise + pixel hash: {statistics.median(floor):.2f}x the encode")
 
 
 def print_scaling(n: int, repeats: int) -> None:
