@@ -14,7 +14,10 @@ Output (in the folder holding this file, or --out):
     images/tangled_loops_00000.png ...   one PNG per sample
     annotations.jsonl                    one JSON record per image
     data.json                            config, command, answer histogram, all records
+    scenes/tangled_loops_00000.json ...  with --scenes: each image's loops and crossings, in its pixels
 
+Grading model replies lives in scoring.py and publishing (Hub, VLMEvalKit) in
+export.py; `creation.py --evaluate ...` and `--export-hub ...` hand over to them.
 creation.md explains the design; README.md shows how to install and run.
 """
 
@@ -24,6 +27,7 @@ import argparse
 import contextlib
 import ctypes
 import dataclasses
+import errno
 import hashlib
 import itertools
 import json
@@ -32,8 +36,10 @@ import multiprocessing
 import os
 import re
 import signal
+import stat
 import sys
 import threading
+import warnings
 import zlib
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -71,6 +77,7 @@ MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per in
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
+GRID_CELL_PX = 4.0  # above the longest segment at default settings (~2.5 px), so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
@@ -86,10 +93,13 @@ REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (
 CROSSING_RING_PX = 9  # radius of the ring marking a crossing in an overlay
 THUMBNAIL_PX = 256  # side of one image on the contact sheet
 CONTACT_SHEET_FILE = "contact_sheet.png"
+SCENES_DIR = "scenes"  # one JSON file of geometry per image: never inside images/
+SCENE_MAX_ARC_PX = 4.0  # most arc between consecutive points of a scene's polyline
+SCENE_DECIMALS = 1  # scene coordinates are rounded to 0.1 px
 ANSWER_DISTRIBUTIONS = ("equal", "uniform")
 ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
-# --balanced budgets, in px for the default drawable side; other canvases scale them.
+# Budgets of the default mode, in px for the default drawable side; other canvases scale them.
 BALANCED_REFERENCE_SIDE_PX = 914.0  # size minus twice interior_margin at the defaults
 BALANCED_MEAN_PERIMETER_PX = (750.0, 1000.0)  # total ink length / max_loops, drawn per image
 BALANCED_PERIMETER_PX = (550.0, 2600.0)  # bounds on one loop's share of the ink
@@ -100,7 +110,7 @@ BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
 # A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
 # count then gives N away; a partial share plus many random curls keeps each statistic alone within about
 # 10 points of chance (a model over both still does better: creation.md, "Still open").
-CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops (0.9 let counting curls alone reach 62 % within one)
+CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops; more would let the curl count give N away
 # Curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror; set for
 # BALANCED_CURL_LOOPS = --max-loops and scaled with it, as the ink and so the room for curls is.
 BALANCED_EXTRA_CURLS = 14.0
@@ -145,8 +155,8 @@ class Config:
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
-    min_gap: float = knob(9.0, "closest two strands' centre lines may come away from a crossing, px; at least "
-                          "the stroke width plus 3", "traceability rules")
+    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px; at "
+                          "least the stroke width plus 3", "traceability rules")
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
                                "side, px", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
@@ -175,7 +185,7 @@ class Config:
             defaults = Config.__dataclass_fields__
             unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
             if unused:
-                raise ValueError(f"{', '.join(unused)} shape(s) loops only with --original-shapes; by default each "
+                raise ValueError(f"{', '.join(unused)}: used only with --original-shapes; by default each "
                                  "loop's size comes from its share of the image's ink budget")
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
@@ -258,7 +268,7 @@ def flag(field_name: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Curve sampling
+# Loop shapes: waypoints on a ring and the periodic spline through them (both modes)
 
 
 def ring_angles(count: int, angle_jitter: float, rng: np.random.Generator) -> np.ndarray:
@@ -302,11 +312,11 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
 
 
 # ---------------------------------------------------------------------------
-# Balanced mode: per-image budgets of ink length, turning and crossings
+# Loop shapes, default mode: per-image budgets of ink length, turning and crossings
 #
 # Drawn alike, loops give N away through two identities: the ink length is N
 # times the mean perimeter, and every closed loop turns through at least 2 pi.
-# Balanced mode draws a total perimeter per image, independent of N, and
+# The default mode draws a total perimeter per image, independent of N, and
 # splits it among the loops. It weakens the link between total turning and N
 # by adding curls (small loop-de-loops: self-crossings that turn once more),
 # some for each loop short of max_loops and many more at random, so that
@@ -318,7 +328,7 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
 
 @dataclass(frozen=True)
 class LoopShape:
-    """What balanced mode asks of one loop; its exact form is redrawn on every attempt."""
+    """What the budgeted default asks of one loop; its exact form is redrawn on every attempt."""
 
     perimeter: float  # px, met exactly by scaling
     waypoints: int  # ring waypoints before curls
@@ -433,7 +443,7 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
 
 
 def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Points and radius of curvature of one balanced loop, scaled to its exact perimeter."""
+    """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter."""
     points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), cfg.points_per_loop)
     factor = shape.perimeter / np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum()
     return factor * points, factor * curvature_radius
@@ -450,12 +460,12 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 
 
 # ---------------------------------------------------------------------------
-# Geometry checks: pure numpy over flat tables of segments
+# Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles,
+# parallel stretches, curl size)
 
 
-# numpy's indexing takes a general, slow path for these two cases; np.take and
-# np.compress give the same arrays faster (numpy 2.4, rows of an (M, 2) array:
-# 14x for 60,000 indices, 4-11x for a mask that keeps 14-50 %).
+# numpy's fancy indexing takes a general, slow path for these two cases; np.take and
+# np.compress give the same arrays faster.
 
 
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -763,9 +773,6 @@ def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, 
     return None
 
 
-GRID_CELL_PX = 4.0  # above the longest segment at default settings (~2.5 px), so a crossing search reads 3 x 3 cells
-
-
 @dataclass(frozen=True)
 class SegmentGrid:
     """Segment rows bucketed by the square cell that holds their midpoint.
@@ -816,6 +823,96 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     return rows_where(point, close), rows_where(segment, close)
 
 
+def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
+    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
+    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
+
+    segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
+    tree, longest = cKDTree(segs.mid), longest_segment(segs)
+
+    def pairs_within(radius: float) -> np.ndarray:
+        return separate_strand_pairs(segs, tree.query_pairs(radius, output_type="ndarray").astype(np.int64), cfg)
+
+    return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
+
+
+def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
+    """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
+    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
+
+    segs, crossings, _ = find_all_events(loops, cfg)
+    longest = longest_segment(segs)
+    found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
+    runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
+    return float(runs.max(initial=0.0))
+
+
+def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
+    """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
+    segs, crossings, near = find_all_events(loops, cfg)
+    faults = []
+    if np.any(crossings.angle_deg < cfg.min_crossing_angle):
+        faults.append("crossing_angle")
+    too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
+    faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
+    for loop_id, points in enumerate(loops):
+        mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
+        if len(mine) and lobe_reach_px(loop_segments(points, loop_id), crossings.take(mine)).min() < cfg.min_curl_px:
+            faults.append("curl_size")
+            break
+    if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
+        faults.append("min_gap")
+    if longest_parallel_run_px(loops, cfg) > cfg.max_parallel_run:
+        faults.append("parallel")
+    points = np.concatenate(loops)
+    if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
+        faults.append("interior_margin")
+    return faults
+
+
+# ---------------------------------------------------------------------------
+# The sampler: how the answer N is decided, then loops placed one at a time
+
+
+def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
+    """The answer for sample `index`, fixed before any loop is drawn or rejected.
+
+    "equal": each block of K consecutive indices (K possible counts) holds
+    every count once, in an order drawn from the run seed and the block number
+    alone. Any shard computes the same count for the same index, and in any
+    prefix of the dataset each count is within one of an equal share.
+    "uniform": an independent draw from the sample's own stream, as in the
+    original task description.
+    """
+    if cfg.answers == "uniform":
+        return int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
+    counts = np.arange(cfg.min_loops, cfg.max_loops + 1)
+    block, slot = divmod(index, len(counts))
+    # A two-element spawn key can never equal a sample's one-element key.
+    block_rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(ANSWER_STREAM, block)))
+    return int(block_rng.permutation(counts)[slot])
+
+
+class PlacementError(RuntimeError):
+    pass
+
+
+LOOSEN = {  # what to change when most redraws break a rule
+    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
+                 "or --radius-jitter)",
+    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
+    "crossing_angle": "lower --max-loops or --min-crossing-angle",
+    "crossing_separation": "lower --max-loops or --min-crossing-separation",
+    "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
+                            "the same two loops must leave a gap of --min-gap between them)",
+    "min_gap": "lower --max-loops or --min-gap",
+    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
+    "curl_size": "lower --min-curl-px",
+    "disconnected": "lower --max-loops",
+    "crossing_budget": "lower --max-loops",
+}
+
+
 @dataclass(frozen=True)
 class Tangle:
     """Loops accepted so far, with their segments, a spatial index and their crossings."""
@@ -838,7 +935,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
 
     Only pairs involving the new loop are examined: the old loops were
     checked when they were added and nothing about them has changed. A
-    balanced-mode shape also asks the loop to cross an earlier one, and to keep
+    budgeted shape also asks the loop to cross an earlier one, and to keep
     the crossings between loops within its crossing_cap.
     """
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
@@ -888,90 +985,22 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
                   longest), None
 
 
-def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
-    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
-    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
+def draw_loop(cfg: Config, rng: np.random.Generator,
+              shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
+    """One loop placed on the canvas, or None with the rule its shape broke on its own.
 
-    segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
-    tree, longest = cKDTree(segs.mid), longest_segment(segs)
-
-    def pairs_within(radius: float) -> np.ndarray:
-        return separate_strand_pairs(segs, tree.query_pairs(radius, output_type="ndarray").astype(np.int64), cfg)
-
-    return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
-
-
-def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
-    """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
-    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
-
-    segs, crossings, _ = find_all_events(loops, cfg)
-    longest = longest_segment(segs)
-    found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
-    runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
-    return float(runs.max(initial=0.0))
-
-
-def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
-    """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
-    segs, crossings, near = find_all_events(loops, cfg)
-    faults = []
-    if np.any(crossings.angle_deg < cfg.min_crossing_angle):
-        faults.append("crossing_angle")
-    too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
-    faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
-    for loop_id, points in enumerate(loops):
-        mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
-        if len(mine) and lobe_reach_px(loop_segments(points, loop_id), crossings.take(mine)).min() < cfg.min_curl_px:
-            faults.append("curl_size")
-            break
-    if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
-        faults.append("min_gap")
-    if longest_parallel_run_px(loops, cfg) > cfg.max_parallel_run:
-        faults.append("parallel")
-    points = np.concatenate(loops)
-    if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
-        faults.append("interior_margin")
-    return faults
-
-
-class PlacementError(RuntimeError):
-    pass
-
-
-LOOSEN = {  # what to change when most redraws break a rule
-    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
-                 "or --radius-jitter)",
-    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
-    "crossing_angle": "lower --max-loops or --min-crossing-angle",
-    "crossing_separation": "lower --max-loops or --min-crossing-separation",
-    "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
-                            "the same two loops must leave a gap of --min-gap between them)",
-    "min_gap": "lower --max-loops or --min-gap",
-    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
-    "curl_size": "lower --min-curl-px",
-    "disconnected": "lower --max-loops",
-    "crossing_budget": "lower --max-loops",
-}
-
-
-def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
-    """The answer for sample `index`, fixed before any loop is drawn or rejected.
-
-    "equal": each block of K consecutive indices (K possible counts) holds
-    every count once, in an order drawn from the run seed and the block number
-    alone. Any shard computes the same count for the same index, and in any
-    prefix of the dataset each count is within one of an equal share.
-    "uniform": an independent draw from the sample's own stream, as in the
-    original task description.
+    shape is the budgeted target for this loop, None with --original-shapes.
     """
-    if cfg.answers == "uniform":
-        return int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
-    counts = np.arange(cfg.min_loops, cfg.max_loops + 1)
-    block, slot = divmod(index, len(counts))
-    # A two-element spawn key can never equal a sample's one-element key.
-    block_rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(ANSWER_STREAM, block)))
-    return int(block_rng.permutation(counts)[slot])
+    if shape is None:
+        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
+    else:
+        points, curvature_radius = balanced_loop(shape, cfg, rng)
+    if curvature_radius.min() < cfg.min_curvature_radius:
+        return None, "curvature"
+    placed = place_in_canvas(points, cfg, rng)
+    if placed is None:
+        return None, "interior_margin"
+    return placed, None
 
 
 def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
@@ -1008,24 +1037,6 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
         f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {LOOSEN[reason]}")
 
 
-def draw_loop(cfg: Config, rng: np.random.Generator,
-              shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
-    """One loop placed on the canvas, or None with the rule its shape broke on its own.
-
-    shape is balanced mode's target for this loop, None in the default mode.
-    """
-    if shape is None:
-        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
-    else:
-        points, curvature_radius = balanced_loop(shape, cfg, rng)
-    if curvature_radius.min() < cfg.min_curvature_radius:
-        return None, "curvature"
-    placed = place_in_canvas(points, cfg, rng)
-    if placed is None:
-        return None, "interior_margin"
-    return placed, None
-
-
 # ---------------------------------------------------------------------------
 # Rendering: points in, PIL image out
 
@@ -1055,7 +1066,7 @@ def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Dot product of every vector (S, 2) with every offset (W, 2).  (S, W)
 
     Spelled out rather than `@`: a BLAS product would start threads of its own
-    that fight the worker processes for the cores (2 workers ran 1.3x one worker instead of 1.9x).
+    that fight the worker processes for the cores.
     """
     product = np.multiply.outer(vectors[:, 0], offsets[:, 0])
     product += np.multiply.outer(vectors[:, 1], offsets[:, 1])
@@ -1092,7 +1103,7 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     squared -= along_dot
     cover = np.sqrt(np.maximum(squared, 0.0, out=squared), out=squared)
     np.subtract(half + 0.5, cover, out=cover)
-    # Flat indices and one division: three times faster than nonzero's two index arrays.
+    # Flat indices and one division: cheaper than nonzero's two index arrays.
     reaching = np.flatnonzero(cover > 0)  # (segment, offset) pairs whose pixel the stroke reaches, row-major
     rows, cols = np.divmod(reaching, len(window))
     # A margin as wide as the window keeps every offset on the padded canvas, so nothing needs a bounds check.
@@ -1132,7 +1143,7 @@ def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Gene
     coverage = stroke_coverage(loops, cfg).ravel()
     tone = bare_canvas(cfg, rng)
     # Inked pixels (about one in twenty) get the same noise, added before rounding.
-    inked = np.flatnonzero(coverage > 0)  # a boolean mask is found three times faster than float nonzeros
+    inked = np.flatnonzero(coverage > 0)  # a boolean mask is cheaper to search than float nonzeros
     noise = rng.standard_normal(len(inked), dtype=np.float32) * NOISE_SIGMA_TONE
     tone[inked] = np.clip(np.rint(PAPER_TONE + rows_at(coverage, inked) * (INK_TONE - PAPER_TONE) + noise), 0, 255)
     image = Image.fromarray(tone.reshape(cfg.size, cfg.size), mode="L")
@@ -1175,7 +1186,7 @@ def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Ima
 
 def render_contact_sheet(thumbnails: list[Image.Image], captions: list[str], columns: int) -> Image.Image:
     """Thumbnails in a grid, each with its caption printed under it."""
-    from PIL import ImageDraw, ImageFont  # here, not at the top: only --contact-sheet prints text (ImageDraw loads ImageFont)
+    from PIL import ImageDraw, ImageFont  # here, not at the top: only --contact-sheet prints text
 
     side = thumbnails[0].width
     caption_px = 28
@@ -1209,6 +1220,54 @@ def overlay_name(index: int, n: int) -> str:
     return f"{REVIEW_DIR}/overlays/{Path(image_name(index, n)).name}"
 
 
+def scene_name(index: int, n: int) -> str:
+    return f"{SCENES_DIR}/{Path(image_name(index, n)).stem}.json"
+
+
+def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
+    """A closed polyline (P, 2) with points added along its straight segments, so none is longer
+    than max_step_px; the original points are kept, in order.  (Q, 2), Q >= P"""
+    step = np.roll(points, -1, axis=0) - points  # (P, 2) from each point to the next, the last back to the first
+    pieces = np.maximum(np.ceil(np.hypot(*step.T) / max_step_px), 1).astype(np.int64)  # (P,)
+    owner = np.repeat(np.arange(len(points)), pieces)  # (Q,) the segment each output point lies on
+    first = np.cumsum(pieces) - pieces  # (P,) output row of each original point
+    fraction = (np.arange(len(owner)) - rows_at(first, owner)) / rows_at(pieces, owner)  # (Q,) in [0, 1)
+    return rows_at(points, owner) + fraction[:, None] * rows_at(step, owner)
+
+
+def scene_of(record: dict, tangle: Tangle) -> dict:
+    """The geometry of one sample as its scene file holds it, in pixel coordinates of the saved image.
+
+    The generator's points already are those coordinates: stroke_coverage
+    shades pixel (column c, row r), whose centre is (c + 0.5, r + 0.5), by
+    its distance to the segments, so a point (x, y) lies in column floor(x)
+    and row floor(y) (x right, y down, origin at the image's top-left corner).
+    Each loop is its centre line as a closed polyline (the last point joins
+    the first, which is not repeated), the straight segments the image was
+    drawn from, split where one is longer than SCENE_MAX_ARC_PX; its bbox
+    bounds the centre line, not the stroke. Each crossing names its loops
+    as indices into "loops", a <= b, a == b where a loop crosses itself,
+    with its acute angle in degrees to 0.01. Coordinates are rounded to 0.1 px.
+    """
+    slack = 2 * math.sqrt(2) * 0.5 * 10 ** -SCENE_DECIMALS  # how much longer rounding can make a segment
+    loops = []
+    for points in tangle.loops:
+        rounded = np.round(subdivide_closed(points, SCENE_MAX_ARC_PX - slack), SCENE_DECIMALS)
+        low, high = rounded.min(axis=0), rounded.max(axis=0)
+        loops.append({"points": rounded.tolist(), "bbox": [*low.tolist(), *high.tolist()]})
+    crossings = tangle.crossings
+    pairs = np.sort(np.column_stack([crossings.loop_a, crossings.loop_b]).astype(np.int64), axis=1)  # (C, 2)
+    return {
+        "image": record["image"],
+        "index": record["index"],
+        "pixel_sha256": record["pixel_sha256"],
+        "loops": loops,
+        "crossings": [{"xy": xy, "loops": pair, "angle_deg": angle}
+                      for xy, pair, angle in zip(np.round(crossings.point, SCENE_DECIMALS).tolist(), pairs.tolist(),
+                                                 np.round(crossings.angle_deg, 2).tolist())],
+    }
+
+
 def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:
     """The fields of a sample's record that follow from the config and the index alone, in record order."""
     return {"image": image_name(index, cfg.n), "width": cfg.size, "height": cfg.size, "num_loops": num_loops,
@@ -1219,10 +1278,10 @@ def record_fits(cfg: Config, record) -> bool:
     """Whether a record read from disk says what this config makes of its index, in every field known
     without drawing the sample (its answer above all): an edited or foreign record is not kept."""
     index = record.get("index") if isinstance(record, dict) else None
-    if not isinstance(index, int) or not 0 <= index < cfg.n:
+    if type(index) is not int or not 0 <= index < cfg.n:  # True would pass isinstance(index, int)
         return False
     fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    return all(record.get(key) == value for key, value in fixed.items())
+    return all(type(record.get(key)) is type(value) and record.get(key) == value for key, value in fixed.items())
 
 
 def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
@@ -1244,10 +1303,23 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 
 # ---------------------------------------------------------------------------
 # Writing: atomic files, resumable runs, shards
+#
+# What a rerun reads back: its journal, annotations.jsonl and shard files,
+# line by line, each line a record or nothing (a damaged line is skipped and
+# its sample drawn again). data.json is written, never read for records; its
+# head lines (generator version and config, one field a line) say whose it is.
+# What a run deletes: the tool's own files it can name, in folders that really
+# are inside the output folder; an image only when a record of the dataset
+# being replaced names it and its pixels match that record; a scene file only
+# when it names a replaced record's image, index and pixel hash.
 
 
 class DatasetError(RuntimeError):
-    """The output folder cannot take this run as asked (foreign dataset, broken shards)."""
+    """The output folder cannot take this run as asked (another dataset, a live run, broken shards): exit 1."""
+
+
+class BadOutput(DatasetError):
+    """Bad input: --out, or something in it, the run must not read or write through as it is: exit 2."""
 
 
 @dataclass(frozen=True)
@@ -1267,19 +1339,105 @@ class Shard:
 
 WHOLE_RUN = Shard(0, 1)
 SHARDS_DIR = "shards"
+DATASET_FILES = (ANNOTATIONS_FILE, DATA_FILE)
 IMAGE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.png$")
+IMAGE_PATH_RE = re.compile(rf"^{IMAGES_DIR}/{TASK_NAME}_\d+\.png$")  # how a record names its image
+SCENE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.json$")
+MAX_SCENE_BYTES = 1 << 28  # far above any scene (about 15 bytes a point): a larger file is not read, and is redrawn
 TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.tmp\d+$")
 SHARD_NAME_RE = re.compile(r"^shard-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")
+HEAD_FIELD_RE = re.compile(r'^( {1,2})"(\w+)": (.*?),?\s*$')  # a "key": value line of data.json's head
+MAX_LINE_BYTES = 1 << 16  # a record line is under 1 KB: a longer one is damaged, and never held whole
+HEAD_LINES = 200  # data.json names its generator and config within its first ~35 lines
+OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))  # each 0 where missing
+NOT_OURS = "its head names no generator and config"
+
+
+def check_output_folder(out_dir: Path) -> None:
+    """Refuse an --out that is a file or lies under one, before anything is made."""
+    for folder in (out_dir, *out_dir.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
+                raise BadOutput(f"--out {out_dir} {where}, not a folder")
+            return
+
+
+def kind_of(path: Path) -> str:
+    mode = os.lstat(path).st_mode
+    kinds = {stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a named pipe",
+             stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device", stat.S_ISBLK: "a device"}
+    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text):
+    """Open a file of the folder only if it is a regular file: never through a symlink, never
+    blocking on a named pipe. Raises FileNotFoundError if absent, BadOutput if something else is there."""
+    try:
+        fd = os.open(path, flags | OPEN_SAFELY, 0o644)  # O_NONBLOCK: a named pipe does not wait for a writer
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+            raise
+        fd = None
+    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
+        return os.fdopen(fd, mode, **text)
+    if fd is not None:
+        os.close(fd)
+    raise BadOutput(f"{path} is {kind_of(path)}, not a file: the run never reads or writes through one; "
+                    "move it away")
 
 
 def write_atomic(path: Path, write) -> None:
     """Write through a temporary sibling and rename, so readers never see half a file."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
+        tmp.unlink(missing_ok=True)  # a symlink left at this name is not written through
         write(tmp)
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # replaces a symlink at path, never its target
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def inside(out_dir: Path, folder: Path) -> bool:
+    """Whether a folder really is out_dir or inside it, not reached through a symlink out of it."""
+    base, real = os.path.realpath(out_dir), os.path.realpath(folder)
+    return real == base or real.startswith(base + os.sep)
+
+
+def remove_entry(out_dir: Path, path: Path) -> None:
+    """Unlink one directory entry (never a target a symlink points to), unless its folder lies outside out_dir."""
+    if inside(out_dir, path.parent):
+        path.unlink(missing_ok=True)
+
+
+def line_records(lines: BinaryIO) -> Iterator[tuple[int, object]]:
+    """(byte offset, value) of each line of a JSON-lines file; None for a damaged line: cut short, not
+    JSON, not UTF-8, nested too deep, a number too long to read, NaN, or longer than any record."""
+    offset = 0
+    while line := lines.readline(MAX_LINE_BYTES):
+        start, offset = offset, offset + len(line)
+        damaged = False
+        while len(line) == MAX_LINE_BYTES and not line.endswith(b"\n"):  # skip the rest of an overlong line
+            damaged, line = True, lines.readline(MAX_LINE_BYTES)
+            offset += len(line)
+        yield start, None if damaged else parse_line(line)
+
+
+def reject_constant(name: str):
+    raise ValueError(f"{name} is not a number a record holds")
+
+
+def parse_line(line: bytes):
+    try:
+        return json.loads(line, parse_constant=reject_constant)
+    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def first_line_value(path: Path):
+    """The JSON value on a file's first line (a journal's or shard file's header); None if damaged."""
+    with open_regular(path) as lines:
+        return next((value for _, value in line_records(lines)), None)
 
 
 def identity(cfg: Config) -> dict:
@@ -1287,55 +1445,80 @@ def identity(cfg: Config) -> dict:
     return {"generator_version": GENERATOR_VERSION, "config": dataclasses.asdict(cfg)}
 
 
+def identity_fields(cfg: Config) -> dict[str, str]:
+    """The identity as field -> JSON text, the form both a header and data.json's head lines are read in."""
+    return header_fields(identity(cfg))
+
+
+def header_fields(header) -> dict[str, str] | None:
+    """The identity a journal or shard header declares, as field -> JSON text; None if it declares none."""
+    if not (isinstance(header, dict) and isinstance(header.get("config"), dict)):
+        return None
+    config = {name: json.dumps(value, ensure_ascii=False) for name, value in header["config"].items()}
+    return {"generator_version": json.dumps(header.get("generator_version")), **config}
+
+
+def data_json_fields(path: Path) -> dict[str, str]:
+    """The generator version and config data.json's head declares, as field -> JSON text.
+
+    write_document puts each on a line of its own before the samples, so
+    the head is read line by line and the samples never are.
+    """
+    fields = {}
+    with open_regular(path) as head:
+        for _ in range(HEAD_LINES):
+            line = head.readline(MAX_LINE_BYTES)
+            if not line:
+                break
+            match = HEAD_FIELD_RE.match(line.decode("utf-8", "replace"))
+            if match is None:
+                continue
+            depth, key, value = len(match[1]), match[2], match[3]
+            if depth == 1 and key in ("question", "num_samples", "samples"):  # past the config
+                break
+            if depth == 2 or key == "generator_version":
+                fields[key] = value
+    return fields
+
+
+def identity_difference(found: dict[str, str] | None, expected: dict[str, str]) -> str | None:
+    """What a declared identity has that this run's has not, in a few words ("seed 1, not 2"); None if the same."""
+    if found == expected:
+        return None
+    if not found or "generator_version" not in found:
+        return NOT_OURS
+
+    def shown(text: str) -> str:
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    differences = [f"{key} {shown(found[key]) if key in found else 'missing'}, not {value}"
+                   for key, value in expected.items() if found.get(key) != value]
+    differences += [f"{key} {shown(found[key])}, unknown here" for key in found if key not in expected]
+    more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
+    return "; ".join(differences[:3]) + more
+
+
+def record_difference(cfg: Config, record) -> str:
+    """Why record_fits refuses a record, in a few words ("index 4: answer 9.0, not 9"), the seed first."""
+    index = record.get("index") if isinstance(record, dict) else None
+    if type(index) is not int or not 0 <= index < cfg.n:
+        return "not a record of this dataset's indices"
+    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
+    keys = sorted((key for key, value in fixed.items() if not same_value(record.get(key), value)),
+                  key=lambda key: key != "seed")
+    shown = [f"{key} {json.dumps(record.get(key), ensure_ascii=False)[:40]}, not {json.dumps(fixed[key])[:40]}"
+             for key in keys[:2]]
+    return f"index {index}: {'; '.join(shown)}"
+
+
+def same_value(found, expected) -> bool:
+    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
+    return type(found) is type(expected) and found == expected
+
+
 def journal_path(out_dir: Path, shard: Shard) -> Path:
     """Records of finished samples, appended as they come, so an interrupted run can resume."""
     return out_dir / (".progress.jsonl" if shard == WHOLE_RUN else f".progress-{shard.tag}.jsonl")
-
-
-@contextlib.contextmanager
-def exclusive_run(out_dir: Path, shard: Shard) -> Iterator[None]:
-    """Hold the folder's lock for a shard (the whole run by default), or refuse.
-
-    A second run of the same command into the same folder, started while
-    the first is still going (a job array without --shard, a requeued job),
-    would journal every sample twice and end with a dataset holding
-    duplicates. The lock is an advisory one on a file beside the journal,
-    released by the system however the run ends. Where there are no such
-    locks (Windows, some network file systems), runs go unguarded.
-    """
-    if fcntl is None:
-        yield
-        return
-    lock_path = journal_path(out_dir, shard).with_suffix(".lock")
-    while True:
-        lock = open(lock_path, "a")
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if locks_its_path(lock, lock_path):
-                break
-        except BlockingIOError:
-            lock.close()
-            what = "this dataset" if shard == WHOLE_RUN else f"shard {shard.k}/{shard.m} of this dataset"
-            raise DatasetError(f"another run is writing {what} into {out_dir} right now; "
-                               "let it finish or stop it, then run again") from None
-        except OSError:
-            print(f"creation.py: note: {out_dir} does not support file locks; nothing stops a second run "
-                  "writing the same files at once", file=sys.stderr)
-            break
-        lock.close()  # a run that ended meanwhile removed the file we locked: lock the path afresh
-    try:
-        yield
-    finally:
-        lock_path.unlink(missing_ok=True)  # while held: a run that locks this file later finds it gone and retries
-        lock.close()
-
-
-def locks_its_path(lock, lock_path: Path) -> bool:
-    """Whether the open file is still the one at lock_path (not removed or replaced since it was opened)."""
-    try:
-        return os.path.samestat(os.fstat(lock.fileno()), os.stat(lock_path))
-    except FileNotFoundError:
-        return False
 
 
 def shard_path(out_dir: Path, shard: Shard) -> Path:
@@ -1348,78 +1531,144 @@ def shard_of(path: Path) -> Shard | None:
     return Shard(int(match["k"]), int(match["m"])) if match else None
 
 
-def record_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    """(byte offset, value) of each record of a JSON-lines file or of data.json's samples.
+@contextlib.contextmanager
+def exclusive_run(out_dir: Path, shard: Shard, cfg: Config | None = None) -> Iterator[None]:
+    """Hold the folder's lock for a shard (the whole run by default), or refuse.
 
-    Lines cut short by a crash, and data.json's other lines, are skipped.
+    A second run into the same folder, started while the first is still
+    going (a job array without --shard, a requeued job), would journal every
+    sample twice. The lock is an advisory one on a file beside the journal,
+    released by the system however the run ends. Where there are no such
+    locks (Windows, some network file systems), runs go unguarded.
     """
-    with open(path, "rb") as lines:
-        offset = 0
-        while raw := next_record(lines):
-            try:
-                yield offset, record_value(raw)
-            except ValueError:
-                pass
-            offset += len(raw)
-
-
-SAMPLE_OPENING = b"  {"  # how write_document starts a sample of data.json: a line of its own
-
-
-def next_record(lines: BinaryIO) -> bytes:
-    """The bytes of the record at the file's position: a line, or in data.json a sample's lines
-    from its opening brace to its closing one. Empty at the end of the file."""
-    line = lines.readline()
-    # A checkout that turned the line ends into CRLF (git's autocrlf) still holds the same records.
-    if line.rstrip(b"\r\n") != SAMPLE_OPENING:
-        return line
-    sample = [line]
-    while line and not line.startswith(b"  }"):
-        line = lines.readline()
-        sample.append(line)
-    return b"".join(sample)
-
-
-def record_value(raw: bytes) -> dict:
-    """The JSON value of a record's bytes from next_record (a list's comma and the line end dropped)."""
-    return json.loads(raw.rstrip(b",\r\n"))
-
-
-def generator_files(out_dir: Path) -> list[Path]:
-    """Dataset-level files of this generator in the folder (images aside)."""
-    found = [out_dir / DATA_FILE] if (out_dir / DATA_FILE).is_file() else []
-    found += sorted(out_dir.glob(".progress*.jsonl"))
-    return found + sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
-
-
-def declared_identity(document: dict | None) -> dict | None:
-    """The identity a data.json document, or a journal or shard header, declares."""
-    if not isinstance(document, dict):
-        return None
-    return {"generator_version": document.get("generator_version"), "config": document.get("config")}
-
-
-DATA_HEAD_CHARS = 1 << 16  # data.json says who wrote it in its first few KB, before its samples
-
-
-def file_identity(path: Path) -> dict | None:
-    """The identity data.json, a journal or a shard file declares, read from its head.
-
-    A data.json laid out otherwise than this generator writes it is read
-    whole. None when a file is unreadable, or gone because a concurrent
-    merge consumed it.
-    """
+    if fcntl is None:
+        yield
+        return
+    lock_path = journal_path(out_dir, shard).with_suffix(".lock")
+    while True:
+        lock = open_regular(lock_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if locks_its_path(lock, lock_path):
+                break
+        except BlockingIOError:
+            lock.close()
+            raise DatasetError(f"another run is writing{live_run_subject(out_dir, shard, cfg)} into {out_dir} "
+                               "right now; let it finish or stop it, then run again") from None
+        except OSError:
+            print(f"creation.py: note: {out_dir} does not support file locks; nothing stops a second run "
+                  "writing the same files at once", file=sys.stderr)
+            break
+        lock.close()  # a run that ended meanwhile removed the file we locked: lock the path afresh
     try:
-        with open(path, encoding="utf-8") as head:
-            if path.name != DATA_FILE:
-                return declared_identity(json.loads(head.readline()))
-            text = head.read(DATA_HEAD_CHARS)
-        # The samples come last; a file laid out otherwise is read whole.
-        cut = text.find(',\n "samples": [')
-        document = json.loads(text[:cut] + "\n}" if cut >= 0 else path.read_text(encoding="utf-8"))
-        return declared_identity(document)
-    except (OSError, ValueError):
-        return None
+        yield
+    finally:
+        lock_path.unlink(missing_ok=True)  # while held: a run that locks this file later finds it gone and retries
+        lock.close()
+
+
+def live_run_subject(out_dir: Path, shard: Shard, cfg: Config | None) -> str:
+    """What the run holding the lock is writing (" this dataset"), as far as its journal tells: never a guess."""
+    try:
+        found = header_fields(first_line_value(journal_path(out_dir, shard)))
+    except (OSError, DatasetError):  # no journal yet (a merge, or a run starting), or not a file
+        found = None
+    part = "" if shard == WHOLE_RUN else f" shard {shard.k}/{shard.m}"
+    if found is None or cfg is None:
+        return part
+    difference = identity_difference(found, identity_fields(cfg))
+    dataset = "this dataset" if difference is None else f"a different dataset ({difference})"
+    return f"{part} of {dataset}" if part else f" {dataset}"
+
+
+def locks_its_path(lock, lock_path: Path) -> bool:
+    """Whether the open file is still the one at lock_path (not removed or replaced since it was opened)."""
+    try:
+        return os.path.samestat(os.fstat(lock.fileno()), os.stat(lock_path))
+    except FileNotFoundError:
+        return False
+
+
+@contextlib.contextmanager
+def after_completion(what: str) -> Iterator[None]:
+    """Mark a Ctrl-C or SIGTERM that lands once `what` is written, so the run does not ask to resume it."""
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        stop.completed = what
+        raise
+
+
+# -- Reading the folder (no changes made)
+
+
+@dataclass
+class Survey:
+    """What an output folder holds for a run, as found before the run changes anything."""
+
+    mine: list[Path]  # files whose records the run may reuse; a later file's record for an index wins
+    foreign: list[tuple[Path, str]]  # another dataset's files, each with what differs
+    damaged_journal: bool  # the run's own journal declares nothing: killed before its header was written
+
+
+def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
+    """Sort the generator's files in out_dir into this dataset's and another's.
+
+    A whole run reuses every shard file's records, a shard run its own; both
+    reuse their own journal and a finished dataset's annotations.jsonl.
+    Other shards' journals may be growing right now and are only checked
+    for belonging to the same dataset.
+    """
+    expected = identity_fields(cfg)
+    survey = Survey([], [], False)
+    journal, annotations, data = journal_path(out_dir, shard), out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE
+    finished = data.exists() and os.lstat(data).st_size > 0  # an empty data.json (a copy cut short) holds nothing
+    if finished:
+        difference = identity_difference(data_json_fields(data), expected)
+        if difference is not None:
+            survey.foreign.append((data, difference))
+        elif annotations.exists():
+            survey.mine.append(annotations)  # written just before data.json: the finished dataset's records
+    elif annotations.exists():
+        difference = annotations_difference(cfg, annotations)
+        if difference is not None:  # left by a run killed between the two, it is rewritten; not even this config's:
+            survey.foreign.append((annotations, difference))
+    for path in sorted(out_dir.glob(".progress*.jsonl")) + sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl")):
+        try:
+            found = header_fields(first_line_value(path))
+        except FileNotFoundError:  # another shard's run finished and removed it meanwhile
+            continue
+        if found is None:
+            survey.damaged_journal |= path == journal
+            continue
+        difference = identity_difference(found, expected)
+        if difference is not None:
+            survey.foreign.append((path, difference))
+        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
+            survey.mine.append(path)
+    return survey
+
+
+def annotations_difference(cfg: Config, path: Path) -> str | None:
+    """Why an annotations.jsonl left without data.json is not this config's, naming the line; None if it is."""
+    with open_regular(path) as lines:
+        number = 0
+        for number, (_, record) in enumerate(line_records(lines), 1):
+            if not record_fits(cfg, record):
+                return f"line {number}: {record_difference(cfg, record)}"
+    return None if number else "empty"
+
+
+def merged_dataset_present(cfg: Config, out_dir: Path) -> bool:
+    """Whether out_dir holds this dataset's data.json and an annotations.jsonl of all n records in order."""
+    data, annotations = out_dir / DATA_FILE, out_dir / ANNOTATIONS_FILE
+    if not (data.exists() and annotations.exists()):
+        return False
+    if identity_difference(data_json_fields(data), identity_fields(cfg)) is not None:
+        return False
+    with open_regular(annotations) as lines:
+        indices = (record.get("index") if record_fits(cfg, record) else None for _, record in line_records(lines))
+        return all(same_value(got, want) for got, want in itertools.zip_longest(indices, range(cfg.n)))
 
 
 class KnownRecords:
@@ -1435,92 +1684,29 @@ class KnownRecords:
         self.offset = np.zeros(n, dtype=np.int64)
 
     def add(self, path: Path) -> None:
-        """Take the records of a JSON-lines file, if it is there; a later file's record for an index wins."""
-        self.paths.append(path)
+        """Take the records of a JSON-lines file; a later file's record for an index wins."""
         try:
-            for offset, record in record_lines(path):
+            lines = open_regular(path)
+        except FileNotFoundError:  # merged away since the survey
+            return
+        self.paths.append(path)
+        with lines:
+            for offset, record in line_records(lines):
                 index = record.get("index") if isinstance(record, dict) else None
-                if isinstance(index, int) and 0 <= index < len(self.source):
+                if type(index) is int and 0 <= index < len(self.source):
                     self.source[index], self.offset[index] = len(self.paths) - 1, offset
-        except FileNotFoundError:  # raised on opening, before any offset is noted: never written, or merged away
-            self.paths.pop()
 
-    def records(self) -> Iterator[dict]:
-        """Every index's record in index order; each must be known."""
+    def records(self) -> Iterator[dict | None]:
+        """Every index's record in index order (None where a line changed since it was added)."""
         return (self.get(index) for index in range(len(self.source)))
 
     def get(self, index: int) -> dict | None:
         if self.source[index] < 0:
             return None
-        with open(self.paths[self.source[index]], "rb") as lines:
+        with open_regular(self.paths[self.source[index]]) as lines:
             lines.seek(self.offset[index])
-            return record_value(next_record(lines))
-
-
-def known_records(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> KnownRecords:
-    """Records this dataset already has on disk, by index; refuses a folder holding another dataset.
-
-    Reads the finished files that can hold the shard's indices (every shard
-    file for a whole run, its own for a shard) and its own journal; other
-    shards' journals are only checked for belonging to the same dataset,
-    since they may be growing right now. The records of a finished data.json
-    are read from the annotations.jsonl written with it, or from data.json
-    itself if that file is gone. With overwrite, the
-    other dataset's files are removed instead, together with any of its
-    images that this dataset will not rewrite.
-    """
-    journal = journal_path(out_dir, shard)
-    annotations = out_dir / ANNOTATIONS_FILE
-    mine, foreign = [], []
-    for path in generator_files(out_dir):
-        found = file_identity(path)
-        if found is None:
-            if path == journal:
-                path.unlink()  # killed before its first line was written
-            elif path.name == DATA_FILE and path.exists() and path.stat().st_size > 0:
-                foreign.append(path)  # data.json is written whole: one that names no generator is not ours
-            continue
-        if found != identity(cfg):
-            foreign.append(path)
-        elif path.name == DATA_FILE:
-            # annotations.jsonl is written with it and is quicker to read; without it, data.json's own samples.
-            mine.append(annotations if annotations.is_file() else path)
-        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
-            mine.append(path)
-    if annotations.is_file() and not (out_dir / DATA_FILE).exists() and not annotations_fit(cfg, annotations):
-        # Left alone by a run killed between writing the two, or by deleting data.json, it is
-        # rewritten; its records are not reused, for nothing in it names the config that drew
-        # the images. Records that do not even fit this config are another dataset's.
-        foreign.append(annotations)
-    if foreign and not overwrite:
-        raise DatasetError(f"{out_dir} holds a different dataset ({foreign[0].name}); "
-                           "choose another --out or pass --overwrite to replace it")
-    if foreign:
-        for path in foreign:
-            path.unlink()
-        if out_dir / ANNOTATIONS_FILE not in mine:
-            (out_dir / ANNOTATIONS_FILE).unlink(missing_ok=True)
-        remove_stale_images(out_dir, cfg.n)
-        remove_shards_dir_if_empty(out_dir)
-    known = KnownRecords(cfg.n)
-    for path in mine:
-        known.add(path)
-    return known
-
-
-def annotations_fit(cfg: Config, path: Path) -> bool:
-    """Whether an annotations.jsonl holds records only, each one fitting this config."""
-    try:
-        records = read_jsonl(path)
-        first = next(records, None)
-        return first is not None and all(record_fits(cfg, record) for record in itertools.chain([first], records))
-    except (OSError, ValueError):  # unreadable, or a line that is not JSON
-        return False
-
-
-def remove_shards_dir_if_empty(out_dir: Path) -> None:
-    with contextlib.suppress(OSError):  # absent, or holding other shards' files
-        (out_dir / SHARDS_DIR).rmdir()
+            record = next(line_records(lines), (0, None))[1]
+        return record if isinstance(record, dict) else None
 
 
 def image_index(name: str, n: int) -> int | None:
@@ -1535,14 +1721,94 @@ def image_index(name: str, n: int) -> int | None:
     return index if index < n and name == Path(image_name(index, n)).name else None
 
 
-def remove_stale_images(out_dir: Path, n: int) -> None:
-    """Delete another dataset's review pictures, and its images whose names the new dataset does not use."""
-    for folder, keep_named in ((out_dir / IMAGES_DIR, True), (out_dir / REVIEW_DIR / "overlays", False)):
-        if folder.is_dir():
-            for entry in os.scandir(folder):
-                if IMAGE_NAME_RE.match(entry.name) and not (keep_named and image_index(entry.name, n) is not None):
-                    os.unlink(entry.path)
-    (out_dir / REVIEW_DIR / CONTACT_SHEET_FILE).unlink(missing_ok=True)
+def image_matches(path: Path, sha256, size) -> bool:
+    """Whether path holds a regular file that is a PNG with these pixels, decoded only if it is no
+    larger than size, the record's (width, height).
+
+    The size is read from the header before any pixel is decoded, so a
+    header claiming a huge canvas costs nothing; symlinks, pipes and
+    folders are never opened.
+    """
+    try:
+        with open_regular(path) as file, warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check below guards
+            with Image.open(file, formats=["PNG"]) as image:
+                fits = all(type(side) is int for side in size) and image.width * image.height <= size[0] * size[1]
+                return fits and pixel_sha256(image) == sha256
+    except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
+        return False  # missing, truncated, not a PNG, not a regular file, or a header past Pillow's limits
+
+
+def scene_matches(path: Path, record) -> bool:
+    """Whether path holds a regular file of JSON naming the record's image, index and pixel_sha256:
+    the scene written with that image. A file too large for any scene is not read."""
+    if not isinstance(record, dict):
+        return False
+    try:
+        with open_regular(path) as file:
+            if os.fstat(file.fileno()).st_size > MAX_SCENE_BYTES:
+                return False
+            scene = parse_line(file.read())
+    except (OSError, DatasetError):
+        return False  # missing, unreadable, or not a regular file
+    return isinstance(scene, dict) and all(same_value(scene.get(key), record.get(key))
+                                           for key in ("image", "index", "pixel_sha256"))
+
+
+# -- Removing files (each function here deletes, and says so)
+
+
+def remove_replaced_dataset(cfg: Config, out_dir: Path, survey: Survey) -> None:
+    """--overwrite: delete another dataset's files, the images and overlays its own records name
+    whose pixels still match those records, and the scene files naming those records; nothing a
+    record does not name is touched."""
+    foreign = [path for path, _ in survey.foreign]
+    annotations = out_dir / ANNOTATIONS_FILE
+    if annotations.exists() and annotations not in survey.mine and annotations not in foreign:
+        foreign.append(annotations)  # written with the foreign data.json
+    for path in foreign:
+        if path.name != DATA_FILE:
+            remove_matching_images(cfg, out_dir, path)
+    for path in foreign:
+        remove_entry(out_dir, path)
+    review = out_dir / REVIEW_DIR
+    if inside(out_dir, review) and (review / CONTACT_SHEET_FILE).is_file():
+        remove_entry(out_dir, review / CONTACT_SHEET_FILE)
+    remove_shards_dir_if_empty(out_dir)
+
+
+def remove_matching_images(cfg: Config, out_dir: Path, records_file: Path) -> None:
+    """Delete each image (and its overlay) a replaced dataset's records file names, if its pixels match
+    the record, and its scene file if that names the record's image, index and pixels: also under a
+    name the new dataset uses, so no overlay or scene of the old image outlives it."""
+    with open_regular(records_file) as lines:
+        for _, record in line_records(lines):
+            name = record.get("image") if isinstance(record, dict) else None
+            if not (isinstance(name, str) and IMAGE_PATH_RE.match(name)):
+                continue
+            basename = name.rsplit("/", 1)[1]
+            scene = out_dir / SCENES_DIR / f"{Path(basename).stem}.json"
+            if inside(out_dir, scene.parent) and scene_matches(scene, record):  # never through a symlinked scenes/
+                remove_entry(out_dir, scene)
+            path = out_dir / name
+            if not inside(out_dir, path.parent):
+                continue  # images/ leads out of the folder
+            size = (record.get("width"), record.get("height"))
+            if image_matches(path, record.get("pixel_sha256"), size):
+                path.unlink()
+                overlay = out_dir / REVIEW_DIR / "overlays" / basename
+                if overlay.is_file() and not overlay.is_symlink():
+                    remove_entry(out_dir, overlay)
+
+
+def remove_damaged_journal(out_dir: Path, shard: Shard) -> None:
+    """Delete the run's own journal that declares no dataset (killed before its header): it holds nothing."""
+    remove_entry(out_dir, journal_path(out_dir, shard))
+
+
+def remove_shards_dir_if_empty(out_dir: Path) -> None:
+    with contextlib.suppress(OSError):  # absent, or holding other shards' files
+        (out_dir / SHARDS_DIR).rmdir()
 
 
 def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
@@ -1551,44 +1817,64 @@ def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
     Another shard may be writing its own temporaries into the same folder
     right now, so only names for which owns(name) holds are touched.
     """
-    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SHARDS_DIR,
+    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SCENES_DIR, out_dir / SHARDS_DIR,
                    out_dir / REVIEW_DIR, out_dir / REVIEW_DIR / "overlays"):
-        if not folder.is_dir():
+        if not (folder.is_dir() and inside(out_dir, folder)):
             continue
         for entry in os.scandir(folder):
             match = TEMPORARY_RE.match(entry.name)
             if match and owns(match["name"]):
-                os.unlink(entry.path)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
-def image_matches(path: Path, sha256: str | None) -> bool:
-    try:
-        with Image.open(path) as image:
-            return pixel_sha256(image) == sha256
-    except (OSError, SyntaxError, ValueError):  # missing, truncated or not a PNG
-        return False
+def remove_taken_shard_files(cfg: Config, out_dir: Path) -> None:
+    """Delete the shard files and interrupted shard journals of this dataset, once a whole run or a merge
+    has written their records into the dataset. A journal whose lock file is there belongs to a shard run
+    going on now (or killed outright) and is left alone."""
+    expected = identity_fields(cfg)
+    for path in sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl")) + sorted(out_dir.glob(".progress-*-of-*.jsonl")):
+        if path.parent.name != SHARDS_DIR and path.with_suffix(".lock").exists():
+            continue
+        with contextlib.suppress(OSError, DatasetError):  # gone meanwhile, or not a file: left alone
+            if header_fields(first_line_value(path)) == expected:
+                remove_entry(out_dir, path)
+    remove_shards_dir_if_empty(out_dir)
 
 
-def produce_sample(job: tuple[Config, int, str, dict | None, bool]) -> tuple[dict, bool]:
+# -- Drawing
+
+
+def produce_sample(job: tuple[Config, int, str, dict | None, bool, bool]) -> tuple[dict, bool]:
     """Worker: keep an image that already matches its record, else make and write it.
 
     Returns the record and whether the image was drawn. With overlays asked
     for, a missing overlay is drawn from the sample's own geometry
-    (regenerated when the image itself was kept).
+    (regenerated when the image itself was kept); with scenes, likewise a
+    scene file that is missing or names another image, index or pixels.
     """
-    cfg, index, out_dir, expected, with_overlay = job
+    cfg, index, out_dir, expected, with_overlay, with_scene = job
     path = Path(out_dir) / image_name(index, cfg.n)
     overlay_path = Path(out_dir) / overlay_name(index, cfg.n)
+    scene_path = Path(out_dir) / scene_name(index, cfg.n)
     keep_image = (expected is not None and record_fits(cfg, expected)
-                  and image_matches(path, expected.get("pixel_sha256")))
-    if keep_image and (overlay_path.exists() or not with_overlay):
+                  and image_matches(path, expected.get("pixel_sha256"), (cfg.size, cfg.size)))
+    need_overlay = with_overlay and not (keep_image and overlay_path.exists())
+    need_scene = with_scene and not (keep_image and scene_matches(scene_path, expected))
+    if keep_image and not (need_overlay or need_scene):
         return expected, False
+    for target, what, needed in ((path, "an image", not keep_image), (scene_path, "a scene file", need_scene)):
+        if needed and target.is_dir() and not target.is_symlink():
+            raise BadOutput(f"{target} is a folder where the run writes {what}: move it away")
     image, record, tangle = make_sample(cfg, index)
     if not keep_image:
         write_atomic(path, lambda tmp: save_png(image, tmp))
-    if with_overlay:
+    if need_overlay:
         overlay = render_overlay(image, tangle, cfg)
         write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp))
+    if need_scene:
+        scene = json.dumps(scene_of(record, tangle), ensure_ascii=False) + "\n"
+        write_atomic(scene_path, lambda tmp: tmp.write_text(scene, encoding="utf-8"))
     return record, not keep_image
 
 
@@ -1605,10 +1891,14 @@ def write_contact_sheet(out_dir: Path, count: int) -> None:
     write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE, lambda tmp: save_png(sheet, tmp))
 
 
-def check_image(job: tuple[Config, int, str, dict]) -> bool:
-    """Worker: whether a record fits the config and its image is on disk with the recorded pixels."""
-    cfg, index, out_dir, record = job
-    return record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"], record.get("pixel_sha256"))
+def check_image(job: tuple[Config, int, str, dict | None, bool]) -> tuple[bool, bool]:
+    """Worker: whether a record fits the config and its image is on disk with the recorded pixels, and
+    (asked for, else True) whether its scene file is there naming the record's image, index and pixels."""
+    cfg, index, out_dir, record, with_scene = job
+    image_ok = record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"],
+                                                          record.get("pixel_sha256"), (cfg.size, cfg.size))
+    scene_ok = not with_scene or scene_matches(Path(out_dir) / scene_name(index, cfg.n), record)
+    return image_ok, scene_ok
 
 
 def worker_signals(parent_pid: int) -> None:
@@ -1624,8 +1914,8 @@ def worker_signals(parent_pid: int) -> None:
 def die_with_parent(parent_pid: int) -> None:
     """Ask Linux to kill this worker when the parent dies unwarned (kill -9, out of memory).
 
-    Otherwise each worker finishes its image, fails to hand it to the dead
-    parent and prints a screenful of BrokenPipeError. Elsewhere this does nothing.
+    Otherwise an idle worker waits forever for its next job (it holds both
+    ends of the job pipe, so it never reads end-of-file). Elsewhere this does nothing.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -1645,29 +1935,11 @@ def raise_terminated(signum, frame) -> None:
     raise Terminated
 
 
-def keep_freed_memory() -> None:
-    """Ask glibc to keep up to 64 MiB of freed memory for the next image rather than return it.
-
-    Every image allocates and frees arrays of several MiB. By default glibc
-    hands that memory straight back to the system and the next image faults it
-    in again page by page, which cost as much as the rendering arithmetic
-    (rendering took 18 ms per image instead of 9 on the benchmark machine).
-    Forked workers inherit the setting. Elsewhere than glibc this does nothing.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    m_top_pad = -2  # from glibc's malloc.h
-    libc.mallopt(m_top_pad, 64 << 20)
-
-
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
     """Yield function(job) for each of the total jobs in order, on a pool unless workers == 1.
 
     jobs may be a generator: it is read only as fast as results come back.
     """
-    keep_freed_memory()
     with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
         if workers == 1:
             for job in jobs:
@@ -1676,6 +1948,7 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
             return
         # A process pool that survives a worker killed outright (a signal to the whole process
         # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
+        others = set(multiprocessing.active_children())
         pool = ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=worker_signals,
                                    initargs=(os.getpid(),))
         try:
@@ -1691,7 +1964,7 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
                 yield in_flight.popleft().result()
                 progress.update()
         except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): no image is worth waiting for
-            stop_workers(pool)
+            stop_workers(others)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -1699,15 +1972,20 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
 
 def worker_context() -> multiprocessing.context.BaseContext:
     """Fork where the system has it (the default on Linux only up to Python 3.13): workers then start
-    at once, inherit keep_freed_memory's setting and are children of this process, as die_with_parent expects."""
+    at once and are children of this process, as die_with_parent expects."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
 
 
-def stop_workers(pool: ProcessPoolExecutor) -> None:
-    """End a pool's workers now, mid-image (Python 3.14 has terminate_workers() for this; 3.11 does not)."""
-    for process in list((pool._processes or {}).values()):
-        process.terminate()
+def stop_workers(others: set) -> None:
+    """End the pool's workers now, mid-image: every child process but those that were there before it.
+
+    ProcessPoolExecutor names its workers only privately (Python 3.14 adds
+    terminate_workers()); multiprocessing.active_children() lists them publicly.
+    """
+    for process in multiprocessing.active_children():
+        if process not in others:
+            process.terminate()
 
 
 def canonical_command(cfg: Config) -> str:
@@ -1751,8 +2029,8 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
 
 
 def read_jsonl(path: Path, offset: int = 0) -> Iterator[dict]:
-    """The records of a JSON-lines file from a byte offset on, one at a time."""
-    with open(path, encoding="utf-8") as rows:
+    """The records of a JSON-lines file this run wrote, from a byte offset on, one at a time."""
+    with open_regular(path, mode="r", encoding="utf-8") as rows:
         rows.seek(offset)
         for line in rows:
             yield json.loads(line)
@@ -1785,8 +2063,78 @@ def write_dataset_files(cfg: Config, out_dir: Path, records: Callable[[], Iterab
     write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records))
 
 
+def write_shard_file(cfg: Config, out_dir: Path, shard: Shard, records: Callable[[], Iterable[dict]]) -> None:
+    (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
+    header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(shard.indices(cfg.n))}
+    write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
+
+
+# -- A run, step by step
+
+
+def refuse_non_files_at_targets(out_dir: Path, shard: Shard) -> None:
+    """Refuse a folder, pipe or the like where the run ends by writing a file, before any image is drawn."""
+    targets = [out_dir / name for name in DATASET_FILES] if shard == WHOLE_RUN else [shard_path(out_dir, shard)]
+    for path in targets:
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise BadOutput(f"{path} is {kind_of(path)}, not a file, and the run ends by writing one there: "
+                            "move it away")
+
+
+def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
+    if survey.foreign and not overwrite:
+        path, difference = survey.foreign[0]
+        if difference == NOT_OURS:  # damaged, or another tool's: bad input rather than another dataset
+            raise BadOutput(f"{path} is not a file this generator writes ({difference}): move it away "
+                            "or pass --overwrite to replace it")
+        raise DatasetError(f"{out_dir} holds a different dataset ({path.name}: {difference}); "
+                           "choose another --out or pass --overwrite to replace it")
+    if survey.foreign:
+        remove_replaced_dataset(cfg, out_dir, survey)
+
+
+def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecords, workers: int,
+                    quiet: bool, overlays: bool, scenes: bool) -> tuple[int, int]:
+    """Keep or draw each sample of the shard, appending its record to the journal as it comes.
+
+    Returns how many images were drawn and the journal offset of this
+    run's first record (earlier lines are a previous attempt's: this run
+    journals every record again).
+    """
+    indices = shard.indices(cfg.n)
+    if overlays:
+        (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
+    if scenes:
+        (out_dir / SCENES_DIR).mkdir(exist_ok=True)
+    jobs = ((cfg, index, str(out_dir), known.get(index), overlays, scenes) for index in indices)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+    with open_regular(journal_path(out_dir, shard), flags, "a", encoding="utf-8") as log:
+        log.write(json.dumps(identity(cfg)) + "\n" if log.tell() == 0 else "\n")  # "\n" ends a line cut short
+        first_record = log.tell()
+        results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
+        drawn = 0
+        try:
+            for record, was_drawn in results:
+                drawn += was_drawn
+                log.write(json.dumps(record, ensure_ascii=False) + "\n")
+                log.flush()
+        except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
+            results.close()
+            remove_temporaries(out_dir, lambda name: owns_sample_file(cfg, shard, name))
+            raise
+    return drawn, first_record
+
+
+def owns_sample_file(cfg: Config, shard: Shard, name: str) -> bool:
+    """Whether name is the image or scene file of one of the shard's samples."""
+    scene = SCENE_NAME_RE.match(name)
+    index = image_index(f"{name[:-len('.json')]}.png" if scene else name, cfg.n)
+    return index is not None and index in shard.indices(cfg.n)
+
+
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False,
-                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False) -> int:
+                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False,
+                     scenes: bool = False) -> int:
     """Make every sample of a shard (the whole dataset by default), resuming where a run stopped.
 
     Samples already on disk with their recorded pixels are kept; the rest are
@@ -1795,126 +2143,133 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     read back from the journal so that no process holds every record.
     Returns how many images were drawn; the others were kept.
     """
-    indices = shard.indices(cfg.n)
+    check_output_folder(out_dir)
     (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
-    with exclusive_run(out_dir, shard):
-        journal = journal_path(out_dir, shard)
-        finished = [out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE] if shard == WHOLE_RUN else [shard_path(out_dir, shard)]
-        for path in finished:  # found now, not after drawing every image
-            if path.exists() and not path.is_file():
-                raise DatasetError(f"{path} is not a file, and the run ends by writing one there: move it away")
-        known = known_records(cfg, out_dir, shard, overwrite)
+    with exclusive_run(out_dir, shard, cfg):
+        refuse_non_files_at_targets(out_dir, shard)
+        survey = survey_folder(cfg, out_dir, shard)
+        refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
+        if survey.damaged_journal:
+            remove_damaged_journal(out_dir, shard)
         # A shard's run touches no dataset file: a merge or a whole run may be writing those now.
-        files = {journal.name, shard_path(out_dir, shard).name}
+        files = {journal_path(out_dir, shard).name, shard_path(out_dir, shard).name}
         if shard == WHOLE_RUN:
-            files |= {ANNOTATIONS_FILE, DATA_FILE, CONTACT_SHEET_FILE}
-
-        def owns_image(name: str) -> bool:
-            index = image_index(name, cfg.n)
-            return index is not None and index in indices
-
-        remove_temporaries(out_dir, lambda name: name in files or owns_image(name))
-        if overlays:
-            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-        jobs = ((cfg, index, str(out_dir), known.get(index), overlays) for index in indices)
-        with open(journal, "a", encoding="utf-8") as log:
-            if log.tell() == 0:
-                log.write(json.dumps(identity(cfg)) + "\n")
-            else:
-                log.write("\n")  # ends a line a crash may have cut short
-            first_record = log.tell()  # earlier lines are a previous attempt's: this run journals every record again
-            results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
-            drawn = 0
-            try:
-                for record, was_drawn in results:
-                    drawn += was_drawn
-                    log.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    log.flush()
-            except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
-                results.close()
-                remove_temporaries(out_dir, owns_image)
-                raise
+            files |= {*DATASET_FILES, CONTACT_SHEET_FILE}
+        remove_temporaries(out_dir, lambda name: name in files or owns_sample_file(cfg, shard, name))
+        known = KnownRecords(cfg.n)
+        for path in survey.mine:
+            known.add(path)
+        drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
 
         def records() -> Iterator[dict]:
-            return read_jsonl(journal, first_record)
+            return read_jsonl(journal_path(out_dir, shard), first_record)
 
         if shard == WHOLE_RUN:
             write_dataset_files(cfg, out_dir, records)
-            for path in [journal, *(out_dir / SHARDS_DIR).glob("shard-*.jsonl")]:
-                path.unlink(missing_ok=True)
-            remove_shards_dir_if_empty(out_dir)
-            # An interrupted shard's journal holds records the dataset now has; one whose lock is
-            # there belongs to a shard run going on now (or killed outright) and is left alone.
-            for stale in out_dir.glob(".progress-*-of-*.jsonl"):
-                if not stale.with_suffix(".lock").exists() and file_identity(stale) == identity(cfg):
-                    stale.unlink(missing_ok=True)
+            with after_completion("the dataset"):
+                remove_entry(out_dir, journal_path(out_dir, shard))
+                remove_taken_shard_files(cfg, out_dir)
         else:
-            (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
-            header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(indices)}
-            write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
-            journal.unlink()
+            write_shard_file(cfg, out_dir, shard, records)
+            with after_completion(f"shard {shard.k}/{shard.m}"):
+                remove_entry(out_dir, journal_path(out_dir, shard))
         return drawn
+
+
+# -- Merging shards
 
 
 def checked_shard(cfg: Config, path: Path) -> Shard:
     """Which shard a shard file holds, once every one of its records is found in order."""
-    try:
-        rows = read_jsonl(path)
+    with open_regular(path) as lines:
+        rows = (record for _, record in line_records(lines))
         header = next(rows, None)
-        if declared_identity(header) != identity(cfg):
-            raise DatasetError(f"{path.name} belongs to a different dataset (other seed, n or config)")
-        shard = Shard(header["shard"], header["of"])
-        expected = shard.indices(cfg.n)
-        found = (row.get("index") for row in rows)
-        complete = header.get("num_samples") == len(expected) and all(
-            got == want for got, want in itertools.zip_longest(found, expected))
-    except ValueError:  # a line that is not JSON
-        complete = False
+        found = header_fields(header)
+        difference = identity_difference(found, identity_fields(cfg)) if found is not None else None
+        if difference is not None:
+            raise DatasetError(f"{path.name} belongs to a different dataset ({difference})")
+        k, m = (header.get("shard"), header.get("of")) if found is not None else (None, None)
+        complete = type(k) is int and type(m) is int and 0 <= k < m
+        if complete:
+            expected = Shard(k, m).indices(cfg.n)
+            found_indices = (row.get("index") if isinstance(row, dict) else None for row in rows)
+            complete = same_value(header.get("num_samples"), len(expected)) and all(
+                same_value(got, want) for got, want in itertools.zip_longest(found_indices, expected))
     if not complete:
         raise DatasetError(f"{path.name} is incomplete or holds indices of another shard")
-    return shard
+    return Shard(k, m)
 
 
-def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False) -> int:
-    """Check every shard file and image, then write the files a single run would have written.
+def complete_shard_set(cfg: Config, paths: list[Path]) -> list[Path]:
+    """The shard files in shard order, once each is checked and every shard of the set is there once."""
+    by_shard: dict[int, Path] = {}
+    shard_count = None
+    for path in paths:
+        shard = checked_shard(cfg, path)
+        if shard_count not in (None, shard.m):
+            raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
+        shard_count = shard.m
+        if shard.k in by_shard:
+            raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
+        by_shard[shard.k] = path
+    missing = sorted(set(range(shard_count)) - set(by_shard))
+    if missing:
+        raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
+    return [by_shard[k] for k in sorted(by_shard)]
+
+
+def check_sample_files(cfg: Config, out_dir: Path, known: KnownRecords, workers: int, quiet: bool,
+                       scenes: bool) -> None:
+    """Refuse, naming the first bad file, unless every record fits and its image (and with scenes, its
+    scene file) is on disk and matches it."""
+    jobs = ((cfg, index, str(out_dir), record, scenes) for index, record in enumerate(known.records()))
+    bad_images, bad_scenes = [], []
+    for index, (image_ok, scene_ok) in enumerate(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking")):
+        if not image_ok:
+            bad_images.append(index)
+        if not scene_ok:
+            bad_scenes.append(index)
+    if bad_images:
+        raise DatasetError(f"{len(bad_images)} image(s) missing or not matching their record, "
+                           f"first {image_name(bad_images[0], cfg.n)}")
+    if bad_scenes:
+        raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, "
+                           f"first {scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
+
+
+def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False) -> int:
+    """Check every shard file and image (and with scenes, every scene file), then write the files a
+    single run would have written.
 
     Records are read back from the shard files one at a time, never all held
-    at once. Returns the number of samples.
+    at once. A merge stopped at any point is finished by running it again.
+    Returns how many shard files were merged: 0 if the folder already held the merged dataset.
     """
+    check_output_folder(out_dir)
     if not out_dir.is_dir():
         raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
-    with exclusive_run(out_dir, WHOLE_RUN):  # it writes what a whole run writes
+    with exclusive_run(out_dir, WHOLE_RUN, cfg):  # it writes what a whole run writes
+        refuse_non_files_at_targets(out_dir, WHOLE_RUN)
+        remove_temporaries(out_dir, lambda name: name in {*DATASET_FILES, CONTACT_SHEET_FILE})
+        if merged_dataset_present(cfg, out_dir):  # a second merge, or one stopped while removing shard files
+            if scenes:  # asked for now, maybe not at the first merge
+                known = KnownRecords(cfg.n)
+                known.add(out_dir / ANNOTATIONS_FILE)
+                check_sample_files(cfg, out_dir, known, workers, quiet, scenes)
+            with after_completion("the dataset"):
+                remove_taken_shard_files(cfg, out_dir)
+            return 0
         paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
         if not paths:
-            merged = file_identity(out_dir / DATA_FILE) == identity(cfg)
-            raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}"
-                               + (f"; {out_dir} already holds this dataset, merged" if merged else ""))
-        by_shard: dict[int, Path] = {}
-        shard_count = None
-        for path in paths:
-            shard = checked_shard(cfg, path)
-            if shard_count not in (None, shard.m):
-                raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
-            shard_count = shard.m
-            if shard.k in by_shard:
-                raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
-            by_shard[shard.k] = path
-        missing = sorted(set(range(shard_count)) - set(by_shard))
-        if missing:
-            raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
+            raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
         known = KnownRecords(cfg.n)
-        for path in by_shard.values():
+        for path in complete_shard_set(cfg, paths):
             known.add(path)
-        jobs = ((cfg, r["index"], str(out_dir), r) for r in known.records())
-        checked = zip(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking"), known.records())
-        bad = [record["image"] for matches, record in checked if not matches]
-        if bad:
-            raise DatasetError(f"{len(bad)} image(s) missing or not matching their record, first {bad[0]}")
+        check_sample_files(cfg, out_dir, known, workers, quiet, scenes)
         write_dataset_files(cfg, out_dir, known.records)
-        for path in paths:
-            path.unlink()
-        remove_shards_dir_if_empty(out_dir)
-        return cfg.n
+        with after_completion("the dataset"):
+            remove_taken_shard_files(cfg, out_dir)
+        return len(paths)
 
 
 # ---------------------------------------------------------------------------
@@ -1965,11 +2320,15 @@ def build_parser() -> OneLineParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")
-    review = p.add_argument_group("review pictures (outside images/, never part of the dataset)")
+    review = p.add_argument_group("extra outputs (outside images/, never part of the dataset files)")
     review.add_argument("--overlays", action="store_true",
                         help="also write review/overlays/*.png: each loop in its own colour, crossings ringed")
     review.add_argument("--contact-sheet", type=int, default=0, metavar="K",
                         help="also write review/contact_sheet.png: the first K images with their answers (default 0: none)")
+    review.add_argument("--scenes", action="store_true",
+                        help="Also write scenes/<image name>.json for every image: each loop's centre line as a "
+                             "closed polyline and every crossing, in the image's pixel coordinates. With --merge, "
+                             "check that every scene file is there and matches its record.")
     scale = p.add_argument_group("sharding (runs on many machines)")
     scale.add_argument("--shard", type=parse_shard, metavar="K/M",
                        help="make only shard K of M (K = 0..M-1) into --out, plus a shard file; then --merge")
@@ -2003,7 +2362,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     given = given_config(args)
     unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if name in given]
     if unused and not args.original_shapes:  # named at its default value, which Config cannot tell
-        raise ValueError(f"{', '.join(unused)} shape(s) loops only with --original-shapes; by default each "
+        raise ValueError(f"{', '.join(unused)}: used only with --original-shapes; by default each "
                          "loop's size comes from its share of the image's ink budget")
     return Config(**given)
 
@@ -2047,24 +2406,32 @@ def main(argv: list[str] | None = None) -> int:
     previous_handler = signal.signal(signal.SIGTERM, raise_terminated) if in_main_thread else None
     try:
         if args.merge:
-            count = merge_shards(cfg, args.out, workers, args.quiet)
-            done = f"merged shards into {ANNOTATIONS_FILE} and {DATA_FILE}"
+            count = cfg.n
+            merged = merge_shards(cfg, args.out, workers, args.quiet, args.scenes)
+            done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
+                    else "the dataset was merged already; nothing left to do")
         else:
             shard = args.shard or WHOLE_RUN
             count = len(shard.indices(cfg.n))
-            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays)
+            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays,
+                                     args.scenes)
             files = f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name
             done = (f"wrote {count} images and {files}" if drawn == count
                     else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}, "
                          f"and wrote {files}")
         if args.contact_sheet:
-            write_contact_sheet(args.out, min(args.contact_sheet, count))
-    except Terminated:
-        print("creation.py: terminated; run the same command again to resume", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("creation.py: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+            with after_completion("the dataset"):
+                write_contact_sheet(args.out, min(args.contact_sheet, count))
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
+        how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        completed = getattr(stop, "completed", None)
+        advice = (f"{completed} was already complete; the same command again only tidies up" if completed
+                  else "run the same command again to resume")
+        print(f"creation.py: {how}; {advice}", file=sys.stderr)
+        return status
+    except BadOutput as error:
+        print(f"creation.py: error: {error}", file=sys.stderr)
+        return 2
     except (PlacementError, DatasetError) as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
         return 1
@@ -2081,7 +2448,6 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -7,7 +7,7 @@ record on the way. creation.py forwards both commands here:
     python creation.py --export-hub hub_loops --dataset .
     python creation.py --export-vlmevalkit TangledLoops.tsv --dataset .
 
-The Hub folder uploads as it is (`huggingface-cli upload --repo-type dataset
+The Hub folder uploads as it is (`hf upload --repo-type dataset
 USER/NAME hub_loops .`) and loads with `datasets.load_dataset("hub_loops",
 split="test")` from any working directory:
 
@@ -525,7 +525,7 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
         '`{"index": 0, "response": "...reply text..."}` (or `"image": "images/tangled_loops_00000.png"` in '
         "place of the index). The generator's repository reads the count out of free-form replies and "
         "grades the file against `annotations.jsonl`, which this folder carries:", "",
-        "```bash", "huggingface-cli download --repo-type dataset USER/NAME --local-dir loops",
+        "```bash", "hf download --repo-type dataset USER/NAME --local-dir loops",
         "python creation.py --evaluate predictions.jsonl --dataset loops", "```", "",
         "## Format", "",
         f"One Parquet file per ~{SHARD_BYTES // 1_000_000} MB of images ({', '.join(f'`{s}`' for s in shards)}), "
@@ -541,8 +541,8 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
 
 def write_marker(staged: Path, files: list[str], header: dict, n: int) -> None:
     marker = {"export": "hub", "export_version": EXPORT_VERSION, "task": header.get("task"),
-              "generator_version": header.get("generator_version"), "num_samples": n,
-              "files": sorted(files + [MARKER_FILE])}
+              "generator_version": header.get("generator_version"), "config": header.get("config"),
+              "num_samples": n, "files": sorted(files + [MARKER_FILE])}
     (staged / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
 
 

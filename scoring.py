@@ -520,6 +520,7 @@ def score_answer(response: str, answer: int) -> float:
 
 ANNOTATIONS_FILE = "annotations.jsonl"
 DATA_FILE = "data.json"
+EXPORT_MARKER_FILE = "tangled_loops_export.json"  # written by export.py beside an export's annotations.jsonl
 IDENTITY_FIELDS = ("pixel_sha256", "seed", "answer")  # a prediction may carry these to tie it to its image
 REPLY_TAIL_CHARS = 200  # per_item.jsonl keeps a reply's end, where its answer usually stands
 SHOWN_CHARS = 60  # a value quoted in an error message is cut to this
@@ -608,10 +609,14 @@ def load_records(dataset_dir) -> list[dict]:
 
 def load_dataset_info(dataset_dir) -> dict:
     """Who made the dataset, from its data.json: folder, seed, n, generator version and mode ("unknown" if not said)."""
-    try:
-        document = json.loads((Path(dataset_dir) / DATA_FILE).read_text(encoding="utf-8-sig"))
-    except (OSError, ValueError, RecursionError):
-        document = None
+    document = None
+    # An export (export.py) carries no data.json; its marker file names the generator and config instead.
+    for name in (DATA_FILE, EXPORT_MARKER_FILE):
+        try:
+            document = json.loads((Path(dataset_dir) / name).read_text(encoding="utf-8-sig"))
+            break
+        except (OSError, ValueError, RecursionError):
+            continue
     document = document if isinstance(document, dict) else {}
     config = document.get("config") if isinstance(document.get("config"), dict) else {}
     if "original_shapes" in config:  # generator 2.0 on
@@ -836,6 +841,8 @@ def _read_responses(predictions_path, items: _Items, dataset_label) -> dict:
         _check_identity(prediction, record, where, dataset_label)
         if "response" not in prediction:
             raise EvaluationError(f"{where}: missing 'response'")
+        if prediction["response"] is None:  # a harness's record of a failed request: no reading, not bad input
+            prediction = {**prediction, "response": ""}
         if not isinstance(prediction["response"], str):
             raise EvaluationError(f"{where}: 'response' must be a string, got {_shown(prediction['response'])}")
         if record["index"] in responses:
@@ -878,6 +885,11 @@ def confusion_matrix(pairs, missing=()) -> dict:
     for truth in missing:
         matrix[truth]["missing"] += 1
     return {truth: dict(sorted(row.items(), key=lambda kv: _column_order(kv[0]))) for truth, row in sorted(matrix.items())}
+
+
+def confusion_columns(confusion: dict) -> list:
+    """Every true answer as a column, so the diagonal is whole, then any other reading, "none", "missing"."""
+    return sorted({*confusion, *(column for row in confusion.values() for column in row)}, key=_column_order)
 
 
 def _column_order(column):
@@ -1000,7 +1012,7 @@ def _dataset_line(info: dict) -> str:
 
 
 def _confusion_lines(confusion: dict) -> list[str]:
-    columns = sorted({column for row in confusion.values() for column in row}, key=_column_order)
+    columns = confusion_columns(confusion)
     widths = [max(4, len(str(column))) + 1 for column in columns]
     lines = [f"{'truth':>5} " + "".join(f"{column:>{w}}" for column, w in zip(columns, widths))
              + "   (rows: truth, columns: reading)"]
@@ -1140,7 +1152,7 @@ def plot_confusion(confusion: dict):
     shaded by its share of the row; the diagonal is outlined."""
     Image, ImageDraw, ImageFont = _pillow()
     font = ImageFont.load_default()
-    columns = sorted({column for row in confusion.values() for column in row}, key=_column_order)
+    columns = confusion_columns(confusion)
     truths = sorted(confusion, key=_column_order)
     cell, left, top = 36, 70, 60
     image = Image.new("RGB", (left + cell * len(columns) + 10, top + cell * len(truths) + 10), "white")
@@ -1261,6 +1273,9 @@ def main(argv: list[str] | None = None, prog: str = "scoring.py") -> int:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     _print_to_pipe(json.dumps(report, indent=1) if args.json else text)
+    if args.report_dir:
+        print(f"{prog}: wrote report.txt, per_item.jsonl, accuracy_by_count.png and confusion.png in "
+              f"{args.report_dir}", file=sys.stderr)
     return 0
 
 

@@ -301,7 +301,6 @@ def main():
     args = parser.parse_args()
     settings = {**(QUICK if args.quick else FULL),
                 **{key: value for key, value in vars(args).items() if key != "quick" and value is not None}}
-    creation.keep_freed_memory()  # as every generation run does, so stages are timed as they run there
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"load average {load:.1f} at start{' (other work running: figures are noisy)' if load > 0.5 else ''}")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -60,8 +61,10 @@ def two_of_three_shards(tmp_path):
 
 def test_a_second_merge_says_the_dataset_is_already_merged(reference, tmp_path, capsys):
     shutil.copytree(reference, tmp_path, dirs_exist_ok=True)
-    assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 1
-    assert capsys.readouterr().err.strip().endswith(f"{tmp_path} already holds this dataset, merged")
+    before = dataset_bytes(tmp_path)
+    assert creation.main([*FLAGS[:-1], "--out", str(tmp_path), "--merge"]) == 0  # merging is idempotent
+    assert capsys.readouterr().err.strip().endswith(f"the dataset was merged already; nothing left to do in {tmp_path}")
+    assert dataset_bytes(tmp_path) == before and listing(tmp_path) == listing(reference)
 
 
 def test_merge_names_a_missing_shard(two_of_three_shards, capsys):
@@ -252,7 +255,7 @@ def test_a_second_run_of_the_same_command_is_refused_while_the_first_runs(long_r
 def test_only_the_same_shard_or_a_merge_waits_for_a_shard_run(tmp_path, capsys):
     with creation.exclusive_run(tmp_path, creation.Shard(1, 3)):
         assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "1/3"]) == 1
-        assert "shard 1/3 of this dataset" in capsys.readouterr().err
+        assert f"another run is writing shard 1/3 into {tmp_path}" in capsys.readouterr().err
         for k in (0, 2):  # other shards of the same folder run alongside
             assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", f"{k}/3"]) == 0
     assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "1/3"]) == 0
@@ -283,7 +286,7 @@ def test_unwritable_output_gives_one_clear_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     result = subprocess.run(command(blocker / "out"), capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert result.stderr.startswith("creation.py: error: ") and len(result.stderr.strip().splitlines()) == 1
 
 
@@ -319,7 +322,7 @@ def records_alive():
 INDEX_OF_CALL = {  # a function each stage calls once per sample, and how to read the sample's index from its arguments
     "generate": ("make_sample", lambda cfg, index: index),
     "merge": ("check_image", lambda job: job[1]),
-    "repeat": ("image_matches", lambda path, sha256: int(path.stem.rsplit("_", 1)[1])),
+    "repeat": ("image_matches", lambda path, sha256, size: int(path.stem.rsplit("_", 1)[1])),
 }
 
 
@@ -385,18 +388,18 @@ def test_finished_and_journalled_samples_are_reused_not_redrawn(tmp_path, monkey
     drawn = count_draws(monkeypatch)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == [] and dataset_bytes(tmp_path) == finished
-    # annotations.jsonl deleted: the records come back from data.json's samples.
     lines = (tmp_path / "annotations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
-    (tmp_path / "annotations.jsonl").unlink()
-    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
-    assert drawn == [] and dataset_bytes(tmp_path) == finished
-    # The same from a checkout that made every line end CRLF (git's autocrlf); the rerun writes LF again.
+    # A checkout that made every line end CRLF (git's autocrlf) holds the same dataset; the rerun writes LF again.
     for name in ("annotations.jsonl", "data.json"):
         path = tmp_path / name
         path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
-    (tmp_path / "annotations.jsonl").unlink()
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == [] and dataset_bytes(tmp_path) == finished
+    # annotations.jsonl deleted: data.json is never read for records, so the images are drawn again, alike.
+    (tmp_path / "annotations.jsonl").unlink()
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == list(range(20)) and dataset_bytes(tmp_path) == finished
+    drawn.clear()
     # An interrupted run: a journal holding the first ten records, a line cut short, no dataset files.
     header = json.dumps(creation.identity(cfg)) + "\n"
     (tmp_path / ".progress.jsonl").write_text(header + "".join(lines[:10]) + lines[10][:40], encoding="utf-8")
@@ -435,7 +438,7 @@ def test_annotations_without_data_json_are_rewritten_or_refused_never_reused(tmp
     assert json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))["config"]["stroke_width"] == 4.0
     (tmp_path / "data.json").unlink()
     other = creation.Config(n=12, seed=4)  # another seed: other answers under the same file names
-    with pytest.raises(creation.DatasetError, match=r"different dataset \(annotations.jsonl\)"):
+    with pytest.raises(creation.DatasetError, match=r"different dataset \(annotations.jsonl: line 1: index 0: seed 3, not 4;"):
         creation.generate_dataset(other, tmp_path, workers=1, quiet=True)
     assert (tmp_path / "annotations.jsonl").read_bytes() == finished["annotations.jsonl"]
     creation.generate_dataset(other, tmp_path, workers=1, quiet=True, overwrite=True)
@@ -488,7 +491,7 @@ def test_main_runs_outside_the_main_thread(tmp_path, monkeypatch):
 def test_a_data_json_this_generator_did_not_write_is_refused(text, tmp_path, monkeypatch):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
     (tmp_path / "data.json").write_text(text, encoding="utf-8")
-    with pytest.raises(creation.DatasetError, match=r"different dataset \(data.json\)"):
+    with pytest.raises(creation.DatasetError, match=r"data.json is not a file this generator writes"):
         creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
     assert (tmp_path / "data.json").read_text(encoding="utf-8") == text
 
@@ -537,7 +540,7 @@ def test_a_rerun_says_which_images_it_kept_and_which_it_drew(tmp_path, monkeypat
 def test_a_folder_where_the_run_writes_a_file_is_refused_before_drawing(name, shard, tmp_path, monkeypatch):
     (tmp_path / name).mkdir(parents=True)
     drawn = count_draws(monkeypatch)
-    with pytest.raises(creation.DatasetError, match=f"{name} is not a file"):
+    with pytest.raises(creation.DatasetError, match=f"{name} is a folder, not a file"):
         creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path, workers=1, quiet=True, shard=shard)
     assert drawn == []
 
@@ -553,17 +556,14 @@ def test_a_whole_run_or_an_overwrite_leaves_no_empty_shards_folder(tmp_path, mon
     assert not (tmp_path / "other" / "shards").exists()
 
 
-def test_overwrite_keeps_only_images_the_new_dataset_names(tmp_path):
-    images, overlays = tmp_path / "images", tmp_path / "review" / "overlays"
-    for folder in (images, overlays):
-        folder.mkdir(parents=True)
-    names = ["tangled_loops_00003.png", "tangled_loops_00007.png", "tangled_loops_000003.png", "holiday.png"]
-    for name in names:
-        (images / name).write_bytes(b"x")
-        (overlays / name).write_bytes(b"x")
-    creation.remove_stale_images(tmp_path, 5)
-    assert sorted(p.name for p in images.iterdir()) == ["holiday.png", "tangled_loops_00003.png"]
-    assert sorted(p.name for p in overlays.iterdir()) == ["holiday.png"]
+def test_overwrite_removes_the_replaced_datasets_images_the_new_one_does_not_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    creation.generate_dataset(creation.Config(n=8, seed=3), tmp_path, workers=1, quiet=True)
+    shutil.copytree(tmp_path / "images", tmp_path / "review" / "overlays")  # stand-ins for its overlays
+    creation.generate_dataset(creation.Config(n=5, seed=4), tmp_path, workers=1, quiet=True, overwrite=True)
+    names = [f"tangled_loops_{i:05d}.png" for i in range(5)]
+    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == names
+    assert list((tmp_path / "review" / "overlays").iterdir()) == []  # none outlives the image it showed
 
 
 def test_a_whole_run_removes_an_interrupted_shards_journal_unless_its_lock_is_held(tmp_path, monkeypatch):
@@ -583,3 +583,235 @@ def test_an_empty_data_json_is_no_dataset_and_is_written_over(tmp_path, monkeypa
     (tmp_path / "data.json").write_bytes(b"")  # a copy cut short, say: it holds nobody's dataset
     creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
     assert json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))["num_samples"] == 3
+
+
+# ---------------------------------------------------------------------------
+# Hostile or damaged folders (issue 16): no foreign file deleted, no traceback, no hang
+
+
+def clean_run(tmp_path, monkeypatch, cfg):
+    """A clean cheap run of cfg in a folder of its own: the bytes every repaired rerun must end with."""
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    creation.generate_dataset(cfg, tmp_path / "clean", workers=1, quiet=True)
+    return dataset_bytes(tmp_path / "clean")
+
+
+@pytest.mark.parametrize("images_elsewhere", [False, True])
+def test_overwrite_deletes_only_images_the_replaced_datasets_records_name_and_match(
+        tmp_path, monkeypatch, images_elsewhere):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    out = tmp_path / "out"
+    out.mkdir()
+    if images_elsewhere:  # a symlinked images/ is written through, but nothing is deleted out of the folder
+        (tmp_path / "elsewhere").mkdir()
+        (out / "images").symlink_to(tmp_path / "elsewhere")
+    creation.generate_dataset(creation.Config(n=10, seed=1), out, workers=1, quiet=True)
+    images = out / "images"
+    (images / "tangled_loops_99999.png").write_bytes(os.urandom(3000))  # looks like the tool's, is not
+    shutil.copy(images / "tangled_loops_00000.png", images / "tangled_loops_00009.png")  # not its bytes any more
+    assert creation.main(["--n", "5", "--seed", "2", "--out", str(out), "--overwrite", "--quiet",
+                          "--workers", "1"]) == 0
+    left = sorted(p.name for p in images.iterdir())
+    new = [f"tangled_loops_{i:05d}.png" for i in range(5)]
+    replaced = [f"tangled_loops_{i:05d}.png" for i in range(5, 10)]
+    kept = replaced if images_elsewhere else ["tangled_loops_00009.png"]
+    assert left == sorted(new + kept + ["tangled_loops_99999.png"])
+
+
+def png_claiming(width, height):
+    """The signature and IHDR chunk of a PNG of that size, and no pixels: a decompression-bomb header."""
+    ihdr = b"IHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 0, 0, 0, 0])
+    chunk = len(ihdr[4:]).to_bytes(4, "big") + ihdr + zlib.crc32(ihdr).to_bytes(4, "big")
+    return b"\x89PNG\r\n\x1a\n" + chunk
+
+
+def test_whatever_sits_at_an_image_path_is_redrawn_never_decoded_blindly_or_waited_on(tmp_path):
+    clean, out = tmp_path / "clean", tmp_path / "out"
+    args = ["--n", "5", "--seed", str(SEED), "--size", "256", "--original-shapes", "--min-radius", "40", "--max-radius", "70",
+            "--interior-margin", "20", "--min-loops", "2", "--max-loops", "3", "--quiet", "--workers", "1"]
+    run = [sys.executable, str(ROOT / "creation.py"), *args]
+    assert subprocess.run([*run, "--out", str(clean)], timeout=120).returncode == 0
+    shutil.copytree(clean, out)
+    images = out / "images"
+    (images / "tangled_loops_00001.png").write_bytes(png_claiming(20000, 20000))
+    (images / "tangled_loops_00002.png").unlink()
+    os.mkfifo(images / "tangled_loops_00002.png")
+    outside = tmp_path / "outside.png"
+    shutil.copy(images / "tangled_loops_00003.png", outside)  # the right pixels, but through a symlink
+    (images / "tangled_loops_00003.png").unlink()
+    (images / "tangled_loops_00003.png").symlink_to(outside)
+    before = outside.read_bytes()
+    result = subprocess.run([*run, "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == ""
+    assert dataset_bytes(out) == dataset_bytes(clean) and listing(out) == listing(clean)
+    for i in (1, 2, 3):
+        path = images / f"tangled_loops_{i:05d}.png"
+        assert path.is_file() and not path.is_symlink()
+        assert path.read_bytes() == (clean / "images" / path.name).read_bytes()
+    assert outside.read_bytes() == before
+
+
+DAMAGED_LINES = {
+    "deeply nested": b"[" * 100_000 + b"\n",
+    "not UTF-8": b'{"index": "\xff\xfe"}\n',
+    "a huge number": b'{"index": 1' + b"0" * 5000 + b"}\n",
+    "NaN": b'{"index": 1, "min_crossing_angle_deg": NaN}\n',
+    "longer than any record": b'{"index": 1, "pad": "' + b"x" * 200_000 + b'"}\n',
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_LINES))
+@pytest.mark.parametrize("where", ["header", "record"])
+def test_a_damaged_journal_is_read_as_damaged_never_a_traceback(damage, where, tmp_path, monkeypatch):
+    cfg = creation.Config(n=6, seed=3)
+    expected = clean_run(tmp_path, monkeypatch, cfg)
+    out = tmp_path / "out"
+    out.mkdir()
+    header = json.dumps(creation.identity(cfg)).encode() + b"\n"
+    good = (tmp_path / "clean" / "annotations.jsonl").read_bytes().splitlines(keepends=True)
+    lines = [DAMAGED_LINES[damage]] + good if where == "header" else [header, good[0], DAMAGED_LINES[damage], *good[1:3]]
+    (out / ".progress.jsonl").write_bytes(b"".join(lines))
+    assert creation.main(["--n", "6", "--seed", "3", "--out", str(out), "--quiet", "--workers", "1"]) == 0
+    assert dataset_bytes(out) == expected and not (out / ".progress.jsonl").exists()
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_LINES))
+def test_a_damaged_data_json_is_refused_in_one_line(damage, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    (tmp_path / "data.json").write_bytes(DAMAGED_LINES[damage])
+    args = ["--n", "3", "--seed", "3", "--out", str(tmp_path), "--quiet", "--workers", "1"]
+    assert creation.main(args) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: {tmp_path / 'data.json'} is not a file this generator writes "
+        f"({creation.NOT_OURS}): move it away or pass --overwrite to replace it"]
+    assert (tmp_path / "data.json").read_bytes() == DAMAGED_LINES[damage]
+    assert creation.main([*args, "--overwrite"]) == 0
+
+
+@pytest.mark.parametrize("field, value", [("answer", float), ("index", bool), ("seed", bool), ("width", float)])
+def test_a_record_equal_only_loosely_is_drawn_again(field, value, tmp_path, monkeypatch):
+    cfg = creation.Config(n=6, seed=1)  # seed 1, so True == seed; index 1, so True == index
+    expected = clean_run(tmp_path, monkeypatch, cfg)
+    out = tmp_path / "out"
+    shutil.copytree(tmp_path / "clean", out)
+    lines = (out / "annotations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    record = json.loads(lines[1])
+    record[field] = value(record[field])
+    lines[1] = json.dumps(record) + "\n"
+    (out / "annotations.jsonl").write_text("".join(lines), encoding="utf-8")
+    drawn = count_draws(monkeypatch)
+    creation.generate_dataset(cfg, out, workers=1, quiet=True)
+    assert drawn == [1] and dataset_bytes(out) == expected
+
+
+def kill_points(folder, shards):
+    """Each state a --merge killed at some point leaves, made by hand from the merged folder and its shard files."""
+    def temporaries():
+        for name, content in shards.items():
+            (folder / "shards" / name).write_bytes(content)
+        (folder / "data.json").unlink()
+        (folder / ".annotations.jsonl.tmp4242").write_text("half")
+        (folder / ".progress.lock").touch()
+
+    def annotations_only():
+        temporaries()
+        (folder / ".annotations.jsonl.tmp4242").unlink()
+
+    def all_shards_left():
+        for name, content in shards.items():
+            (folder / "shards" / name).write_bytes(content)
+
+    def one_shard_left():
+        name, content = next(iter(shards.items()))
+        (folder / "shards" / name).write_bytes(content)
+
+    def empty_shards_folder():
+        pass
+
+    return {f.__name__: f for f in (temporaries, annotations_only, all_shards_left, one_shard_left, empty_shards_folder)}
+
+
+@pytest.mark.parametrize("point", ["temporaries", "annotations_only", "all_shards_left", "one_shard_left",
+                                   "empty_shards_folder"])
+def test_merge_rerun_after_a_kill_at_any_point_ends_merged_with_nothing_left(point, tmp_path, monkeypatch):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    cfg = creation.Config(n=6, seed=3)
+    for k in range(2):
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, shard=creation.Shard(k, 2))
+    shards = {p.name: p.read_bytes() for p in (tmp_path / "shards").iterdir()}
+    creation.merge_shards(cfg, tmp_path, workers=1, quiet=True)
+    merged, files = dataset_bytes(tmp_path), listing(tmp_path)
+    (tmp_path / "shards").mkdir()
+    kill_points(tmp_path, shards)[point]()
+    assert creation.main(["--n", "6", "--seed", "3", "--out", str(tmp_path), "--merge", "--quiet", "--workers", "1"]) == 0
+    assert dataset_bytes(tmp_path) == merged and listing(tmp_path) == files
+
+
+def test_a_live_run_of_another_dataset_is_named_as_such(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    live = creation.Config(n=6, seed=1)
+    with creation.exclusive_run(tmp_path, creation.WHOLE_RUN):
+        (tmp_path / ".progress.jsonl").write_text(json.dumps(creation.identity(live)) + "\n")
+        assert creation.main(["--n", "6", "--seed", "2", "--out", str(tmp_path), "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: another run is writing a different dataset (seed 1, not 2) into {tmp_path} "
+        "right now; let it finish or stop it, then run again"]
+
+
+def test_a_different_dataset_is_told_by_what_differs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    assert creation.main(["--n", "4", "--seed", "1", "--out", str(tmp_path), "--quiet"]) == 0
+    (tmp_path / "annotations.jsonl").unlink()  # data.json alone says whose the folder is
+    assert creation.main(["--n", "5", "--seed", "2", "--out", str(tmp_path), "--quiet"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: {tmp_path} holds a different dataset (data.json: n 4, not 5; seed 1, not 2); "
+        "choose another --out or pass --overwrite to replace it"]
+
+
+def test_out_naming_a_file_is_bad_input_in_one_true_line(tmp_path, capsys):
+    (tmp_path / "file").write_text("mine")
+    assert creation.main([*FLAGS, "--out", str(tmp_path / "file")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: --out {tmp_path / 'file'} is a file, not a folder"]
+    assert creation.main([*FLAGS, "--out", str(tmp_path / "file"), "--merge"]) == 2
+    assert (tmp_path / "file").read_text() == "mine"
+
+
+@pytest.mark.parametrize("stage", ["remove_taken_shard_files", "write_contact_sheet"])
+def test_a_stop_once_the_dataset_is_complete_does_not_ask_to_resume(stage, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    args = ["--n", "4", "--seed", "3", "--out", str(tmp_path), "--quiet", "--workers", "1", "--contact-sheet", "2"]
+    original = getattr(creation, stage)
+
+    def terminated(*args):
+        raise creation.Terminated
+
+    monkeypatch.setattr(creation, stage, terminated)
+    assert creation.main(args) == 143
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "creation.py: terminated; the dataset was already complete; the same command again only tidies up"]
+    monkeypatch.setattr(creation, stage, original)
+    drawn = count_draws(monkeypatch)
+    assert creation.main(args) == 0 and drawn == []
+    assert (tmp_path / "review" / "contact_sheet.png").is_file()
+    assert not [p.name for p in tmp_path.rglob(".*")]
+
+
+@pytest.mark.parametrize("name", [".progress.lock", ".progress.jsonl", ".progress-00000-of-00002.lock",
+                                  ".progress-00000-of-00002.jsonl"])
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_the_runs_own_hidden_files_are_never_written_through(name, kind, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    if kind == "symlink":
+        (out / name).symlink_to(outside)
+    else:
+        os.mkfifo(out / name)
+    shard = ["--shard", "0/2"] if "-of-" in name else []
+    assert creation.main(["--n", "4", "--seed", "3", "--out", str(out), "--quiet", "--workers", "1", *shard]) == 2
+    what = "a symbolic link" if kind == "symlink" else "a named pipe"
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: {out / name} is {what}, not a file: the run never reads or writes through one; "
+        "move it away"]
+    assert not outside.exists()

@@ -584,7 +584,7 @@ def test_byte_order_mark_is_accepted(tmp_path):
         (['[0, "5"]'], r"line 1: expected a JSON object"),
         (['{"index": 0}'], r"line 1: missing 'response'"),
         (['{"index": 0, "answer": "5"}'], r"line 1: missing 'response'"),
-        (['{"index": 0, "response": null}'], r"line 1: 'response' must be a string"),
+        (['{"index": 0, "response": ["5"]}'], r"line 1: 'response' must be a string"),
         (['{"index": 0, "response": 5}'], r"line 1: 'response' must be a string"),
         (['{"response": "5"}'], r"line 1: needs an 'image' or 'index' field"),
         ([prediction("5", image="images/tangled_loops_00099.png")], r"line 1: unknown image"),
@@ -744,10 +744,11 @@ def test_text_report_shows_the_dataset_baselines_crossings_and_confusion(tiny):
     assert "best constant    0.400  (always answering 3)" in lines
     assert "chance           0.333  (1 / 3 distinct answers)" in lines
     assert "     4-10      2        0     0.000" in lines
-    header = lines.index("truth     3    4 none missing   (rows: truth, columns: reading)")
-    assert lines[header + 1:] == ["    3     1    1    .       .",
-                                  "    4     .    1    1       .",
-                                  "    5     .    .    .       1"]
+    # Every true answer has its column, so the diagonal is whole even where no reply said 5.
+    header = lines.index("truth     3    4    5 none missing   (rows: truth, columns: reading)")
+    assert lines[header + 1:] == ["    3     1    1    .    .       .",
+                                  "    4     .    1    .    1       .",
+                                  "    5     .    .    .    .       1"]
 
 
 def test_a_dataset_without_data_json_is_unknown(tmp_path):
@@ -1034,3 +1035,18 @@ raise SystemExit(scoring.main(["--evaluate", {str(predictions)!r}, "--dataset", 
     assert result.stderr == ("scoring.py: error: --report-dir draws its plots with Pillow, which is not installed "
                              "(pip install pillow)\n")
     assert not report_dir.exists()
+
+
+def test_a_null_response_is_an_unparsable_reply_not_bad_input(tmp_path):
+    """Harnesses log a failed request as a null reply: it counts as wrong and unparsable, the run goes on."""
+    records = [{"image": "images/a.png", "index": 0, "answer": 7}, {"image": "images/b.png", "index": 1, "answer": 5}]
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"index": 0, "response": null}\n{"index": 1, "response": "Answer: 5"}\n', encoding="utf-8")
+    report = scoring.evaluate_predictions(records, str(path))
+    assert (report["n_unparsed"], report["n_correct"], report["n_missing"]) == (1, 1, 0)
+
+
+def test_the_confusion_matrix_has_a_column_for_every_true_answer():
+    """With no reply of 5 the diagonal cell for truth 5 must still be there, at zero."""
+    confusion = scoring.confusion_matrix([(5, 6), (6, 6), (7, None)])
+    assert scoring.confusion_columns(confusion) == [5, 6, 7, "none"]
