@@ -50,9 +50,7 @@ from statistics import NormalDist
 from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
-from scipy.interpolate import BSpline, splprep
-from scipy.spatial import cKDTree
+from PIL import Image
 from tqdm import tqdm
 
 try:
@@ -297,6 +295,8 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
     Returns points (num_points, 2) and the radius of curvature at each, px. The
     loop closes through the segment from the last point back to the first.
     """
+    from scipy.interpolate import BSpline, splprep  # here, not at the top: --help, --merge and reruns draw no spline
+
     closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
     (knots, coefficients, degree), _ = splprep(closed.T, s=0, per=True, k=3)
     # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
@@ -825,6 +825,8 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
 
 def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
     """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
+    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
+
     segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
     tree, longest = cKDTree(segs.mid), longest_segment(segs)
 
@@ -836,6 +838,8 @@ def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Cro
 
 def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
     """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
+    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
+
     segs, crossings, _ = find_all_events(loops, cfg)
     longest = longest_segment(segs)
     found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
@@ -934,6 +938,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
     budgeted shape also asks the loop to cross an earlier one, and to keep
     the crossings between loops within its crossing_cap.
     """
+    from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
+
     new = loop_segments(points, len(tangle.loops))
     longest = max(tangle.longest, longest_segment(new))
     between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
@@ -1162,6 +1168,8 @@ def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Ima
     Painting reuses each loop's own stroke coverage, so a pixel no loop or
     ring touches keeps exactly its dataset value.
     """
+    from PIL import ImageDraw  # here, not at the top: it loads ImageFont, and only --overlays draws rings
+
     rgb = np.asarray(image.convert("RGB")).astype(np.float32)
     for loop_id, points in enumerate(tangle.loops):
         colour = np.array(REVIEW_COLOURS[loop_id % len(REVIEW_COLOURS)], dtype=np.float32)
@@ -1178,6 +1186,8 @@ def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Ima
 
 def render_contact_sheet(thumbnails: list[Image.Image], captions: list[str], columns: int) -> Image.Image:
     """Thumbnails in a grid, each with its caption printed under it."""
+    from PIL import ImageDraw, ImageFont  # here, not at the top: only --contact-sheet prints text
+
     side = thumbnails[0].width
     caption_px = 28
     rows = -(-len(thumbnails) // columns)

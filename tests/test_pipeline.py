@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 from scipy.ndimage import convolve
+from scipy.spatial import cKDTree
 from skimage.morphology import skeletonize
 
 import creation
@@ -206,7 +207,7 @@ def test_overlay_changes_only_pixels_on_loops_and_crossing_rings():
     steps = np.linspace(0, 1, 20, endpoint=False)[None, :, None]
     dense = np.concatenate([(p[:, None] + steps * (np.roll(p, -1, axis=0) - p)[:, None]).reshape(-1, 2)
                             for p in tangle.loops])
-    to_loop = creation.cKDTree(dense).query(centres)[0]
+    to_loop = cKDTree(dense).query(centres)[0]
     on_stroke = to_loop <= cfg.stroke_width / 2 + 0.75
     # A 2 px ring drawn inside radius R covers R-2..R, give or take rasterisation; a self-crossing
     # gets a square of that half-side, whose distance is the largest coordinate difference.
@@ -214,7 +215,7 @@ def test_overlay_changes_only_pixels_on_loops_and_crossing_rings():
     for is_self, metric in ((False, 2), (True, np.inf)):
         marks = tangle.crossings.point[tangle.crossings.is_self == is_self]
         if len(marks):
-            to_mark = creation.cKDTree(marks).query(centres, p=metric)[0]
+            to_mark = cKDTree(marks).query(centres, p=metric)[0]
             on_ring |= (to_mark >= creation.CROSSING_RING_PX - 3.5) & (to_mark <= creation.CROSSING_RING_PX + 1.5)
     assert tangle.crossings.is_self.any() and np.all(on_stroke | on_ring)
     # Every loop got its own colour: the painted stroke pixels show as many hues as loops.
