@@ -227,7 +227,7 @@ def print_in_process(count: int, repeats: int) -> None:
     counts = {name: max(2, count // 4) if name == "reference" else count for name in programs}
     results = interleaved({name: (lambda seed, make=make, name=name: per_image_seconds(make(seed), counts[name]))
                            for name, (_, make) in programs.items()}, repeats)
-    print(f"in process, seconds per image (median of {repeats} rounds of {count} images; make = sample, "
+    print(f"in process, mean seconds per image (median of {repeats} rounds of {count} images; make = sample, "
           f"render, pixel hash):")
     print(f"  {'':<36}{'make':>8}{'encode':>8}{'total':>8}{'images/s':>10}{'KB/image':>10}")
     column = {}
