@@ -58,7 +58,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.0.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.0.1"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -688,8 +688,12 @@ def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
     """
     pairs = rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.parallel_gap, longest))
     u, v = pairs[:, 0], pairs[:, 1]
-    # Midpoint to segment is exact enough here: for nearly parallel segments it is their distance.
-    near = point_segment_distance(rows_at(segs.mid, u), rows_at(segs.start, v), rows_at(segs.end, v)) < cfg.parallel_gap
+    # Midpoint to segment, taken both ways so that the order of a pair does not matter: for nearly
+    # parallel segments it is their distance.
+    start_u, end_u, start_v, end_v = (rows_at(a, i) for a, i in ((segs.start, u), (segs.end, u),
+                                                                   (segs.start, v), (segs.end, v)))
+    near = np.minimum(point_segment_distance(0.5 * (start_u + end_u), start_v, end_v),
+                      point_segment_distance(0.5 * (start_v + end_v), start_u, end_u)) < cfg.parallel_gap
     u, v = rows_where(u, near), rows_where(v, near)
     rows, beside = np.concatenate([u, v]), np.concatenate([rows_at(segs.loop, v), rows_at(segs.loop, u)])
     return longest_runs_px(segs, rows, beside)
