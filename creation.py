@@ -188,8 +188,7 @@ class Config:
             defaults = Config.__dataclass_fields__
             unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
             if unused:
-                raise ValueError(f"{', '.join(unused)}: used only with --original-shapes; by default each "
-                                 "loop's size comes from its share of the image's ink budget")
+                raise unused_shape_flags(unused)
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float) and not np.isfinite(value):
@@ -264,6 +263,12 @@ class Config:
         min_gap of itself inside three gaps of arc, so nothing real is hidden.
         """
         return 3.0 * self.min_gap
+
+
+def unused_shape_flags(flags: list[str]) -> ValueError:
+    """The refusal of original-shape flags in the budgeted mode, where they would be silently ignored."""
+    return ValueError(f"{', '.join(flags)}: used only with --original-shapes; by default each loop's size "
+                      "comes from its share of the image's ink budget")
 
 
 def flag(field_name: str) -> str:
@@ -711,12 +716,12 @@ def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.
     if len(rows) == 0:
         return np.zeros(0)
     per_loop = int(np.count_nonzero(segs.loop == segs.loop[0]))
-    loop = rows_at(segs.loop, rows)
-    keys, which = np.unique(loop.astype(np.int64) * (int(segs.loop.max()) + 1) + beside, return_inverse=True)
+    loops = int(segs.loop.max()) + 1  # a (loop, other loop) pair is the key loop * loops + other
+    keys, which = np.unique(rows_at(segs.loop, rows).astype(np.int64) * loops + beside, return_inverse=True)
     marked = np.zeros((len(keys), per_loop), dtype=bool)  # (R, P)
     marked[which, rows_at(segs.index, rows)] = True
     lengths = np.hypot(*(segs.end - segs.start).T).reshape(-1, per_loop)  # (loops, P) px
-    run_lengths = rows_at(lengths, keys // (int(segs.loop.max()) + 1))  # (R, P)
+    run_lengths = rows_at(lengths, keys // loops)  # (R, P)
     # Two laps round the loop catch a run that wraps past its first segment.
     twice, step = np.tile(marked, 2), np.tile(run_lengths, 2) * np.tile(marked, 2)
     total = np.cumsum(step, axis=1)
@@ -845,9 +850,14 @@ def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Cro
 
 def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
     """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
+    segs, crossings, _ = find_all_events(loops, cfg)
+    return longest_run_in_tangle_px(segs, crossings, cfg)
+
+
+def longest_run_in_tangle_px(segs: Segments, crossings: Crossings, cfg: Config) -> float:
+    """longest_parallel_run_px over segments and crossings already found, all pairs at once."""
     from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
 
-    segs, crossings, _ = find_all_events(loops, cfg)
     longest = longest_segment(segs)
     found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
     runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
@@ -869,7 +879,7 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
             break
     if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
         faults.append("min_gap")
-    if longest_parallel_run_px(loops, cfg) > cfg.max_parallel_run:
+    if longest_run_in_tangle_px(segs, crossings, cfg) > cfg.max_parallel_run:
         faults.append("parallel")
     points = np.concatenate(loops)
     if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
@@ -980,8 +990,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
     if len(curls) and lobe_reach_px(new, crossings.take(curls)).min() < cfg.min_curl_px:
         return None, "curl_size"
     # Clearance and parallel stretches, the costlier checks, run last, on one candidate search.
-    candidates = np.concatenate([pairs_with_old(max(cfg.min_gap, cfg.parallel_gap) + longest),
-                                 pairs_within_new(max(cfg.min_gap, cfg.parallel_gap) + longest)])
+    reach = max(cfg.min_gap, cfg.parallel_gap) + longest
+    candidates = np.concatenate([pairs_with_old(reach), pairs_within_new(reach)])
     gap = rows_at(segs.mid, candidates[:, 0]) - rows_at(segs.mid, candidates[:, 1])
     within_gap = np.einsum("ij,ij->i", gap, gap) <= (cfg.min_gap + longest) ** 2
     if len(clearance_faults(rows_where(candidates, within_gap), segs, crossings, cfg, longest)):
@@ -2369,8 +2379,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
     given = given_config(args)
     unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if name in given]
     if unused and not args.original_shapes:  # named at its default value, which Config cannot tell
-        raise ValueError(f"{', '.join(unused)}: used only with --original-shapes; by default each "
-                         "loop's size comes from its share of the image's ink budget")
+        raise unused_shape_flags(unused)
     return Config(**given)
 
 
