@@ -2254,7 +2254,8 @@ def check_sample_files(cfg: Config, out_dir: Path, known: KnownRecords, workers:
                            f"first {scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
 
 
-def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False) -> int:
+def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
+                 overwrite: bool = False) -> int:
     """Check every shard file and image (and with scenes, every scene file), then write the files a
     single run would have written.
 
@@ -2267,6 +2268,8 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, 
         raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
     with exclusive_run(out_dir, WHOLE_RUN, cfg):  # it writes what a whole run writes
         refuse_non_files_at_targets(out_dir, WHOLE_RUN)
+        # The merge writes data.json and annotations.jsonl: another dataset's are replaced only when asked.
+        refuse_or_remove_foreign(cfg, out_dir, survey_folder(cfg, out_dir, WHOLE_RUN), overwrite)
         remove_temporaries(out_dir, lambda name: name in {*DATASET_FILES, CONTACT_SHEET_FILE})
         if merged_dataset_present(cfg, out_dir):  # a second merge, or one stopped while removing shard files
             if scenes:  # asked for now, maybe not at the first merge
@@ -2423,7 +2426,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.merge:
             count = cfg.n
-            merged = merge_shards(cfg, args.out, workers, args.quiet, args.scenes)
+            merged = merge_shards(cfg, args.out, workers, args.quiet, args.scenes, args.overwrite)
             done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
                     else "the dataset was merged already; nothing left to do")
         else:

@@ -91,6 +91,21 @@ def test_merge_refuses_a_shard_holding_a_foreign_index(two_of_three_shards, caps
     assert "shard-00000-of-00003.jsonl is incomplete or holds indices of another shard" in capsys.readouterr().err
 
 
+def test_merge_keeps_a_different_datasets_files(two_of_three_shards, tmp_path_factory, capsys):
+    out = two_of_three_shards
+    assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/3", "--workers", "1"]) == 0
+    other = tmp_path_factory.mktemp("other")
+    assert creation.main(["--n", "2", "--seed", str(SEED + 1), "--quiet", "--out", str(other), "--workers", "1"]) == 0
+    foreign = dataset_bytes(other)
+    for name, text in foreign.items():
+        (out / name).write_bytes(text)
+    assert creation.main([*FLAGS, "--out", str(out), "--merge"]) == 1
+    assert "holds a different dataset" in capsys.readouterr().err
+    assert dataset_bytes(out) == foreign  # nothing of the other dataset replaced without --overwrite
+    assert creation.main([*FLAGS, "--out", str(out), "--merge", "--overwrite"]) == 0
+    assert json.loads((out / "data.json").read_text())["config"]["seed"] == SEED
+
+
 def test_merge_refuses_an_image_that_does_not_match(two_of_three_shards, capsys):
     assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--shard", "1/3", "--workers", "1"]) == 0
     shutil.copy(two_of_three_shards / "images" / "tangled_loops_00000.png",
