@@ -44,3 +44,12 @@ def test_output_changes_come_with_a_new_generator_version():
         f"the output changed under version {creation.GENERATOR_VERSION}: bump GENERATOR_VERSION, regenerate "
         f'the committed dataset, and add "<new version>": "{current}" to {FINGERPRINTS.name}')
     assert len(set(recorded.values())) == len(recorded), "two versions claim the same output"
+
+
+def test_the_readme_shows_the_committed_first_record():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    shown = readme.split("One record:\n\n```json\n", 1)[1].split("\n```", 1)[0]
+    shown = json.loads(shown.replace('"How many distinct closed loops are tangled together in this image? ..."',
+                                     json.dumps(creation.QUESTION)))
+    committed = Path(__file__).resolve().parents[1] / "annotations.jsonl"
+    assert shown == json.loads(committed.read_text().splitlines()[0])
