@@ -668,6 +668,8 @@ def _harness_prediction(sample: dict, where: str) -> dict:
 def _table_predictions(path: Path, text: str, delimiter: str) -> Iterator[tuple[str, dict]]:
     """Predictions from a VLMEvalKit result table exported as CSV or TSV (columns index or image, prediction)."""
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    # A long chain-of-thought reply may exceed the csv module's default limit of 128 KB per cell.
+    limit = csv.field_size_limit(max(csv.field_size_limit(), len(text)))
     try:
         header = [name.strip() for name in next(reader, [])]
         if "prediction" not in header or not {"index", "image"} & set(header):
@@ -693,6 +695,8 @@ def _table_predictions(path: Path, text: str, delimiter: str) -> Iterator[tuple[
             yield where, prediction
     except csv.Error as error:
         raise EvaluationError(f"{path} line {reader.line_num}: not a {delimiter!r}-separated table ({error})") from None
+    finally:
+        csv.field_size_limit(limit)
 
 
 def read_predictions(path) -> Iterator[tuple[str, dict]]:

@@ -1,6 +1,7 @@
 """The answer scorer and the predictions evaluator in scoring.py."""
 
 import doctest
+import csv
 import json
 from pathlib import Path
 
@@ -867,6 +868,16 @@ def test_vlmevalkit_tables_are_graded(tiny, tmp_path, delimiter, suffix):
     assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "none": 1}, 5: {"missing": 1}}
 
 
+def test_a_table_reply_longer_than_the_csv_modules_field_limit_is_read(tiny, tmp_path):
+    dataset, _ = tiny
+    limit = csv.field_size_limit()
+    path = tmp_path / "long.tsv"
+    path.write_text("index\tprediction\n0\t" + "thinking " * 30_000 + "so the answer is 3\n", encoding="utf-8")
+    report = evaluate_predictions(TINY, path, dataset)
+    assert (report["n_predicted"], report["n_correct"]) == (1, 1)
+    assert csv.field_size_limit() == limit  # the module's limit is left as it was
+
+
 def test_vlmevalkit_table_with_the_wrong_answers_stops(tiny, tmp_path):
     dataset, _ = tiny
     path = tmp_path / "p.csv"
@@ -934,7 +945,7 @@ def test_a_malformed_prediction_is_one_line(tiny, tmp_path, case):
 @pytest.mark.parametrize("content, message", [
     ("index,prediction\n0,3\n1,3,extra\n", "line 3: 3 cells, the header has 2"),
     ("index,prediction\n" + "1" * 5000 + ",3\n", "line 2: unknown index '1111"),  # past int()'s digit limit
-    ("index,prediction\n" + "1" * 1_000_000 + ",3\n", "line 2: not a ','-separated table (field larger"),
+    ("index,prediction\n" + "1" * 1_000_000 + ",3\n", "line 2: unknown index '1111"),  # past csv's field limit
     ("question,prediction\nhow many,3\n", "line 1: a prediction table needs"),
 ])
 def test_a_malformed_table_row_is_one_line(tiny, tmp_path, content, message):
