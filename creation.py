@@ -559,25 +559,29 @@ def arc_distance(a: np.ndarray, b: np.ndarray, perimeter: np.ndarray) -> np.ndar
     return np.minimum(d, perimeter - d)
 
 
-def intersect_segments(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Which segment pairs p0p1 x q0q1 cross, where, and at what acute angle.
+def segments_cross(p0, p1, q0, q1) -> np.ndarray:
+    """Which segment pairs p0p1 x q0q1 cross.  (M, 2) in, (M,) bool out
 
     A point lying exactly on the other segment's line counts as on its left.
     This tie rule makes a curve passing through a vertex of another cross
     exactly one of the segment pairs there, and makes a touch at a vertex
     count as two crossings at one point, which the separation rule rejects.
-    Shapes: (M, 2) in, (M,) bool, (M, 2), (M,) out.
     """
     dp, dq = p1 - p0, q1 - q0
     q_sides_differ = (cross2(dp, q0 - p0) >= 0) != (cross2(dp, q1 - p0) >= 0)
     p_sides_differ = (cross2(dq, p0 - q0) >= 0) != (cross2(dq, p1 - q0) >= 0)
-    hit = q_sides_differ & p_sides_differ
+    return q_sides_differ & p_sides_differ
+
+
+def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
+    """Where crossing segment pairs p0p1 x q0q1 cross, and at what acute angle.  (M, 2) in, (M, 2), (M,) out"""
+    dp, dq = p1 - p0, q1 - q0
     denom = cross2(dp, dq)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(hit, cross2(q0 - p0, dq) / denom, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # signs can say "cross" where rounding leaves denom 0
+        t = cross2(q0 - p0, dq) / denom
     point = p0 + t[:, None] * dp
     angle = np.degrees(np.arctan2(np.abs(denom), np.abs(np.sum(dp * dq, axis=1))))
-    return hit, point, angle
+    return point, angle
 
 
 def point_segment_distance(x, a, b) -> np.ndarray:
@@ -592,8 +596,7 @@ def segment_distance(p0, p1, q0, q1) -> np.ndarray:
     """Closest distance between segment pairs; zero where they cross.  (M,)"""
     ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
                               point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
-    crossing, _, _ = intersect_segments(p0, p1, q0, q1)
-    return np.where(crossing, 0.0, ends)
+    return np.where(segments_cross(p0, p1, q0, q1), 0.0, ends)
 
 
 def longest_segment(segs: Segments) -> float:
@@ -616,14 +619,15 @@ def separate_strand_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.
 
 def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.ndarray) -> Crossings:
     """Crossings among candidate pairs of separate strands, segment first[i[m]] against second[j[m]]."""
-    hit, point, angle = intersect_segments(rows_at(first.start, i), rows_at(first.end, i),
-                                           rows_at(second.start, j), rows_at(second.end, j))
+    ends = (rows_at(first.start, i), rows_at(first.end, i), rows_at(second.start, j), rows_at(second.end, j))
+    hit = segments_cross(*ends)
+    # Few candidates cross, so where and at what angle is worked out for those alone.
+    point, angle = crossing_geometry(*(rows_where(a, hit) for a in ends))
     i, j = rows_where(i, hit), rows_where(j, hit)
     loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
     # Order each crossing's sides by loop id so a pair of loops has one key.
     swap = loop_i > loop_j
-    return Crossings(rows_where(point, hit), rows_where(angle, hit),
-                     np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
+    return Crossings(point, angle, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
                      np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j))
 
 
