@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import functools
 import hashlib
 import itertools
 import json
@@ -297,6 +298,19 @@ def sample_waypoints(cfg: Config, rng: np.random.Generator) -> np.ndarray:
     return np.column_stack([radii * np.cos(angles), radii * np.sin(angles)])
 
 
+def next_points(points: np.ndarray) -> np.ndarray:
+    """Each point's successor round a closed polyline: np.roll(points, -1, axis=0), without roll's overhead.  (P, 2)"""
+    return np.concatenate((points[1:], points[:1]))
+
+
+@functools.cache
+def spline_parameters(num_points: int) -> np.ndarray:
+    """num_points uniform spline parameters in [0, 1), shared read-only by every loop.  (num_points,)"""
+    u = np.linspace(0.0, 1.0, num_points, endpoint=False)
+    u.flags.writeable = False
+    return u
+
+
 def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarray, np.ndarray]:
     """Periodic cubic B-spline through the waypoints, densely sampled.
 
@@ -310,7 +324,7 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
     # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
     # splprep's output needs none of the checks the plain constructor makes.
     spline = BSpline.construct_fast(knots, np.column_stack(coefficients), degree)
-    u = np.linspace(0.0, 1.0, num_points, endpoint=False)
+    u = spline_parameters(num_points)
     points, d1, d2 = spline(u), spline(u, 1), spline(u, 2)
     speed = np.hypot(d1[:, 0], d1[:, 1])
     turn = np.abs(cross2(d1, d2))
@@ -438,7 +452,7 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     # last gap and the first are not both taken), so no two share a waypoint;
     # a curl's size follows its gap, so the longest of those give the roundest.
     candidates = np.arange(1 if count % 2 else rng.integers(2), count, 2)
-    gap_length = np.hypot(*(np.roll(ring, -1, axis=0) - ring)[candidates].T)
+    gap_length = np.hypot(*(np.take(ring, (candidates + 1) % count, axis=0) - np.take(ring, candidates, axis=0)).T)
     gaps = np.sort(candidates[np.argsort(gap_length)[len(candidates) - shape.curls:]])
     side = rng.choice([-1.0, 1.0], shape.curls)
     depth = rng.uniform(*CURL_DEPTH, shape.curls)
@@ -453,7 +467,7 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
 def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter."""
     points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), cfg.points_per_loop)
-    factor = shape.perimeter / np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum()
+    factor = shape.perimeter / np.hypot(*(next_points(points) - points).T).sum()
     return factor * points, factor * curvature_radius
 
 
@@ -510,7 +524,7 @@ class Segments:
 
 
 def loop_segments(points: np.ndarray, loop_id: int) -> Segments:
-    end = np.roll(points, -1, axis=0)
+    end = next_points(points)
     lengths = np.hypot(*(end - points).T)
     arc = np.cumsum(lengths) - 0.5 * lengths
     count = len(points)
@@ -1104,7 +1118,7 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     """
     half = cfg.stroke_width / 2
     start = np.concatenate(loops)
-    step = np.concatenate([np.roll(p, -1, axis=0) for p in loops]) - start  # (S, 2)
+    step = np.concatenate([next_points(p) for p in loops]) - start  # (S, 2)
     step_sq = np.maximum(np.einsum("ij,ij->i", step, step), 1e-12)
     window = pixel_window(half + 0.5 + np.sqrt(step_sq.max()) / 2)  # (W, 2)
     home = np.floor(start + step / 2)  # the pixel holding each segment's midpoint
@@ -1248,7 +1262,7 @@ def scene_name(index: int, n: int) -> str:
 def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
     """A closed polyline (P, 2) with points added along its straight segments, so none is longer
     than max_step_px; the original points are kept, in order.  (Q, 2), Q >= P"""
-    step = np.roll(points, -1, axis=0) - points  # (P, 2) from each point to the next, the last back to the first
+    step = next_points(points) - points  # (P, 2) from each point to the next, the last back to the first
     pieces = np.maximum(np.ceil(np.hypot(*step.T) / max_step_px), 1).astype(np.int64)  # (P,)
     owner = np.repeat(np.arange(len(points)), pieces)  # (Q,) the segment each output point lies on
     first = np.cumsum(pieces) - pieces  # (P,) output row of each original point
