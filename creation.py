@@ -456,6 +456,8 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     gaps = np.sort(candidates[np.argsort(gap_length)[len(candidates) - shape.curls:]])
     side = rng.choice([-1.0, 1.0], shape.curls)
     depth = rng.uniform(*CURL_DEPTH, shape.curls)
+    if shape.curls == 0:  # many loops carry none, and splicing nothing in costs as much as splicing some
+        return ring
     # Each ring point is followed by its gap's curl, or by NaN rows that are then dropped.
     path = np.full((count, 6, 2), np.nan)
     path[:, 0] = ring
@@ -474,9 +476,10 @@ def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tu
 def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
     """Shift a loop to a uniform position whose every point stays inside the margin."""
     xs, ys = points.T  # per column: numpy's axis-0 reductions of (P, 2) arrays are several times slower
-    low = cfg.interior_margin - np.array([xs.min(), ys.min()])
-    high = cfg.size - cfg.interior_margin - np.array([xs.max(), ys.max()])
-    if np.any(low > high):
+    # Scalars until the draw: two-element arrays would cost more in overhead than in arithmetic.
+    low = [cfg.interior_margin - xs.min(), cfg.interior_margin - ys.min()]
+    high = [cfg.size - cfg.interior_margin - xs.max(), cfg.size - cfg.interior_margin - ys.max()]
+    if low[0] > high[0] or low[1] > high[1]:
         return None
     return points + rng.uniform(low, high)
 
