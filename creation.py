@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import functools
 import hashlib
 import itertools
 import json
@@ -297,6 +298,19 @@ def sample_waypoints(cfg: Config, rng: np.random.Generator) -> np.ndarray:
     return np.column_stack([radii * np.cos(angles), radii * np.sin(angles)])
 
 
+def next_points(points: np.ndarray) -> np.ndarray:
+    """Each point's successor round a closed polyline: np.roll(points, -1, axis=0), without roll's overhead.  (P, 2)"""
+    return np.concatenate((points[1:], points[:1]))
+
+
+@functools.cache
+def spline_parameters(num_points: int) -> np.ndarray:
+    """num_points uniform spline parameters in [0, 1), shared read-only by every loop.  (num_points,)"""
+    u = np.linspace(0.0, 1.0, num_points, endpoint=False)
+    u.flags.writeable = False
+    return u
+
+
 def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarray, np.ndarray]:
     """Periodic cubic B-spline through the waypoints, densely sampled.
 
@@ -310,7 +324,7 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
     # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
     # splprep's output needs none of the checks the plain constructor makes.
     spline = BSpline.construct_fast(knots, np.column_stack(coefficients), degree)
-    u = np.linspace(0.0, 1.0, num_points, endpoint=False)
+    u = spline_parameters(num_points)
     points, d1, d2 = spline(u), spline(u, 1), spline(u, 2)
     speed = np.hypot(d1[:, 0], d1[:, 1])
     turn = np.abs(cross2(d1, d2))
@@ -438,10 +452,12 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     # last gap and the first are not both taken), so no two share a waypoint;
     # a curl's size follows its gap, so the longest of those give the roundest.
     candidates = np.arange(1 if count % 2 else rng.integers(2), count, 2)
-    gap_length = np.hypot(*(np.roll(ring, -1, axis=0) - ring)[candidates].T)
+    gap_length = np.hypot(*(np.take(ring, (candidates + 1) % count, axis=0) - np.take(ring, candidates, axis=0)).T)
     gaps = np.sort(candidates[np.argsort(gap_length)[len(candidates) - shape.curls:]])
     side = rng.choice([-1.0, 1.0], shape.curls)
     depth = rng.uniform(*CURL_DEPTH, shape.curls)
+    if shape.curls == 0:  # many loops carry none, and splicing nothing in costs as much as splicing some
+        return ring
     # Each ring point is followed by its gap's curl, or by NaN rows that are then dropped.
     path = np.full((count, 6, 2), np.nan)
     path[:, 0] = ring
@@ -453,16 +469,17 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
 def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter."""
     points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), cfg.points_per_loop)
-    factor = shape.perimeter / np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum()
+    factor = shape.perimeter / np.hypot(*(next_points(points) - points).T).sum()
     return factor * points, factor * curvature_radius
 
 
 def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
     """Shift a loop to a uniform position whose every point stays inside the margin."""
     xs, ys = points.T  # per column: numpy's axis-0 reductions of (P, 2) arrays are several times slower
-    low = cfg.interior_margin - np.array([xs.min(), ys.min()])
-    high = cfg.size - cfg.interior_margin - np.array([xs.max(), ys.max()])
-    if np.any(low > high):
+    # Scalars until the draw: two-element arrays would cost more in overhead than in arithmetic.
+    low = [cfg.interior_margin - xs.min(), cfg.interior_margin - ys.min()]
+    high = [cfg.size - cfg.interior_margin - xs.max(), cfg.size - cfg.interior_margin - ys.max()]
+    if low[0] > high[0] or low[1] > high[1]:
         return None
     return points + rng.uniform(low, high)
 
@@ -510,7 +527,7 @@ class Segments:
 
 
 def loop_segments(points: np.ndarray, loop_id: int) -> Segments:
-    end = np.roll(points, -1, axis=0)
+    end = next_points(points)
     lengths = np.hypot(*(end - points).T)
     arc = np.cumsum(lengths) - 0.5 * lengths
     count = len(points)
@@ -559,25 +576,29 @@ def arc_distance(a: np.ndarray, b: np.ndarray, perimeter: np.ndarray) -> np.ndar
     return np.minimum(d, perimeter - d)
 
 
-def intersect_segments(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Which segment pairs p0p1 x q0q1 cross, where, and at what acute angle.
+def segments_cross(p0, p1, q0, q1) -> np.ndarray:
+    """Which segment pairs p0p1 x q0q1 cross.  (M, 2) in, (M,) bool out
 
     A point lying exactly on the other segment's line counts as on its left.
     This tie rule makes a curve passing through a vertex of another cross
     exactly one of the segment pairs there, and makes a touch at a vertex
     count as two crossings at one point, which the separation rule rejects.
-    Shapes: (M, 2) in, (M,) bool, (M, 2), (M,) out.
     """
     dp, dq = p1 - p0, q1 - q0
     q_sides_differ = (cross2(dp, q0 - p0) >= 0) != (cross2(dp, q1 - p0) >= 0)
     p_sides_differ = (cross2(dq, p0 - q0) >= 0) != (cross2(dq, p1 - q0) >= 0)
-    hit = q_sides_differ & p_sides_differ
+    return q_sides_differ & p_sides_differ
+
+
+def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
+    """Where crossing segment pairs p0p1 x q0q1 cross, and at what acute angle.  (M, 2) in, (M, 2), (M,) out"""
+    dp, dq = p1 - p0, q1 - q0
     denom = cross2(dp, dq)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(hit, cross2(q0 - p0, dq) / denom, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):  # signs can say "cross" where rounding leaves denom 0
+        t = cross2(q0 - p0, dq) / denom
     point = p0 + t[:, None] * dp
     angle = np.degrees(np.arctan2(np.abs(denom), np.abs(np.sum(dp * dq, axis=1))))
-    return hit, point, angle
+    return point, angle
 
 
 def point_segment_distance(x, a, b) -> np.ndarray:
@@ -592,8 +613,7 @@ def segment_distance(p0, p1, q0, q1) -> np.ndarray:
     """Closest distance between segment pairs; zero where they cross.  (M,)"""
     ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
                               point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
-    crossing, _, _ = intersect_segments(p0, p1, q0, q1)
-    return np.where(crossing, 0.0, ends)
+    return np.where(segments_cross(p0, p1, q0, q1), 0.0, ends)
 
 
 def longest_segment(segs: Segments) -> float:
@@ -616,14 +636,15 @@ def separate_strand_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.
 
 def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.ndarray) -> Crossings:
     """Crossings among candidate pairs of separate strands, segment first[i[m]] against second[j[m]]."""
-    hit, point, angle = intersect_segments(rows_at(first.start, i), rows_at(first.end, i),
-                                           rows_at(second.start, j), rows_at(second.end, j))
+    ends = (rows_at(first.start, i), rows_at(first.end, i), rows_at(second.start, j), rows_at(second.end, j))
+    hit = segments_cross(*ends)
+    # Few candidates cross, so where and at what angle is worked out for those alone.
+    point, angle = crossing_geometry(*(rows_where(a, hit) for a in ends))
     i, j = rows_where(i, hit), rows_where(j, hit)
     loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
     # Order each crossing's sides by loop id so a pair of loops has one key.
     swap = loop_i > loop_j
-    return Crossings(rows_where(point, hit), rows_where(angle, hit),
-                     np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
+    return Crossings(point, angle, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
                      np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j))
 
 
@@ -1100,7 +1121,7 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     """
     half = cfg.stroke_width / 2
     start = np.concatenate(loops)
-    step = np.concatenate([np.roll(p, -1, axis=0) for p in loops]) - start  # (S, 2)
+    step = np.concatenate([next_points(p) for p in loops]) - start  # (S, 2)
     step_sq = np.maximum(np.einsum("ij,ij->i", step, step), 1e-12)
     window = pixel_window(half + 0.5 + np.sqrt(step_sq.max()) / 2)  # (W, 2)
     home = np.floor(start + step / 2)  # the pixel holding each segment's midpoint
@@ -1244,7 +1265,7 @@ def scene_name(index: int, n: int) -> str:
 def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
     """A closed polyline (P, 2) with points added along its straight segments, so none is longer
     than max_step_px; the original points are kept, in order.  (Q, 2), Q >= P"""
-    step = np.roll(points, -1, axis=0) - points  # (P, 2) from each point to the next, the last back to the first
+    step = next_points(points) - points  # (P, 2) from each point to the next, the last back to the first
     pieces = np.maximum(np.ceil(np.hypot(*step.T) / max_step_px), 1).astype(np.int64)  # (P,)
     owner = np.repeat(np.arange(len(points)), pieces)  # (Q,) the segment each output point lies on
     first = np.cumsum(pieces) - pieces  # (P,) output row of each original point
