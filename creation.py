@@ -1969,8 +1969,22 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, as a batch scheduler sends at its time limit: the run stops as on Ctrl-C."""
 
 
-def raise_terminated(signum, frame) -> None:
-    raise Terminated
+class StopRequest:
+    """The stop signal a run received, kept because the exception its handler raises can be lost: one
+    raised while a finalizer runs is printed and ignored. The run checks it again after each image."""
+
+    stop: type[KeyboardInterrupt] | None = None
+
+    def handle(self, signum, frame) -> None:
+        self.stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+        raise self.stop
+
+    def check(self) -> None:
+        if self.stop is not None:
+            raise self.stop
+
+
+STOP_REQUEST = StopRequest()
 
 
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
@@ -1983,6 +1997,7 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
             for job in jobs:
                 yield function(job)
                 progress.update()
+                STOP_REQUEST.check()
             return
         # A process pool that survives a worker killed outright (a signal to the whole process
         # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
@@ -1998,9 +2013,11 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
                 if len(in_flight) == JOBS_IN_FLIGHT_PER_WORKER * workers:
                     yield in_flight.popleft().result()
                     progress.update()
+                    STOP_REQUEST.check()
             while in_flight:
                 yield in_flight.popleft().result()
                 progress.update()
+                STOP_REQUEST.check()
         except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): no image is worth waiting for
             stop_workers(others)
             raise
@@ -2443,7 +2460,11 @@ def main(argv: list[str] | None = None) -> int:
     workers = min(args.workers, cfg.n)
     # Signal handlers can only be set from the main thread; a harness calling main() elsewhere keeps its own.
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous_handler = signal.signal(signal.SIGTERM, raise_terminated) if in_main_thread else None
+    STOP_REQUEST.stop = None
+    stop_signals = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a caller ignores Ctrl-C
+        stop_signals.append(signal.SIGINT)
+    previous_handlers = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in stop_signals} if in_main_thread else {}
     try:
         if args.merge:
             count = cfg.n
@@ -2483,8 +2504,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
         return 1
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous_handler)
+        for sig, handler in previous_handlers.items():
+            signal.signal(sig, handler)
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0

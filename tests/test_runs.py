@@ -193,6 +193,27 @@ def test_a_signal_to_the_parent_exits_with_one_line_and_resumes(long_reference, 
     assert listing(tmp_path) == listing(long_reference)
 
 
+def test_a_stop_signal_whose_exception_is_lost_still_stops_the_run(tmp_path, monkeypatch):
+    """Python prints and ignores an exception raised while a finalizer runs: the run must stop all the same."""
+    cfg = creation.Config(n=3, seed=3)
+    monkeypatch.setattr(creation.STOP_REQUEST, "stop", None)
+    real_sample = creation.make_sample
+
+    def sample_then_lost_interrupt(cfg, index):
+        if index == 0:
+            try:
+                creation.STOP_REQUEST.handle(signal.SIGINT, None)
+            except KeyboardInterrupt:
+                pass
+        return real_sample(cfg, index)
+
+    monkeypatch.setattr(creation, "make_sample", sample_then_lost_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert not (tmp_path / "annotations.jsonl").exists()
+    assert len(list((tmp_path / "images").iterdir())) == 1  # the image drawn before the check is kept for a resume
+
+
 def write_forever(tmp):
     tmp.write_bytes(b"half an image")
     time.sleep(60)
