@@ -582,7 +582,8 @@ def load_records(dataset_dir) -> list[dict]:
     """The records of DIR/annotations.jsonl, in file order; EvaluationError names the file and line of a bad one."""
     path = Path(dataset_dir) / ANNOTATIONS_FILE
     if not path.is_file():
-        raise EvaluationError(f"no {ANNOTATIONS_FILE} in {dataset_dir}: generate the dataset or pass --dataset")
+        raise EvaluationError(f"no {ANNOTATIONS_FILE} in {dataset_dir}: --dataset names the folder that holds it "
+                              "(generate the dataset first if there is none)")
     records, first_line = [], {}
     for number, line in _numbered_lines(_read_text(path, lambda n: f"{path}, line {n}")):
         where = f"{path}, line {number}"

@@ -10,10 +10,12 @@ this test catches the bump.
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import creation
 
+ROOT = Path(__file__).resolve().parents[1]
 FINGERPRINTS = Path(__file__).with_name("output_fingerprints.json")
 # A few samples from each mode whose output a change could touch alone.
 PROBES = [
@@ -47,9 +49,11 @@ def test_output_changes_come_with_a_new_generator_version():
 
 
 def test_the_readme_shows_the_committed_first_record():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     shown = readme.split("One record:\n\n```json\n", 1)[1].split("\n```", 1)[0]
     shown = json.loads(shown.replace('"How many distinct closed loops are tangled together in this image? ..."',
                                      json.dumps(creation.QUESTION)))
-    committed = Path(__file__).resolve().parents[1] / "annotations.jsonl"
-    assert shown == json.loads(committed.read_text().splitlines()[0])
+    committed = [json.loads(line) for line in (ROOT / "annotations.jsonl").read_text().splitlines()]
+    assert shown == committed[0]
+    hashes = {record["pixel_sha256"] for record in committed}
+    assert set(re.findall(r'"pixel_sha256": "([0-9a-f]{64})"', readme)) <= hashes  # the sample prediction too
