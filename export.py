@@ -31,6 +31,7 @@ import base64
 import contextlib
 import csv
 import ctypes
+import glob
 import hashlib
 import io
 import json
@@ -45,6 +46,11 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterator
 
 from PIL import Image
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 # The dataset folder as creation.py writes it (kept here so exporting never imports the generator).
 TASK_NAME = "tangled_loops"
@@ -549,18 +555,62 @@ def write_marker(staged: Path, files: list[str], header: dict, n: int) -> None:
 def export_hub(source: SourceDataset, out: Path, quiet: bool) -> None:
     replacing = check_hub_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.export-", dir=out.parent))
+    remove_dead_staging(out)
+    with staging(out, "export") as staged:
+        staged.mkdir(mode=0o777 & ~current_umask())
+        try:
+            shards, arrow_bytes = write_parquet_shards(source, staged, quiet)
+            (staged / ANNOTATIONS_FILE).write_bytes(source.annotations)
+            card = render_card(source, hub_types(source.records), shards, arrow_bytes)
+            (staged / CARD_FILE).write_text(card, encoding="utf-8")
+            write_marker(staged, shards + [ANNOTATIONS_FILE, CARD_FILE], source.header, len(source.records))
+            replace_folder_deleting_old(staged, out, replacing)
+        except BaseException:
+            shutil.rmtree(staged, ignore_errors=True)
+            raise
+
+
+# A staging folder or file sits beside its lock file, which the export holds for as long as it runs; the
+# kernel drops the lock when the process ends, however it ends, so a later export to the same target can
+# tell a killed run's leftovers from a live run's. Without fcntl (Windows) nothing is locked or cleaned.
+LOCK_SUFFIX = ".lock"
+
+
+@contextlib.contextmanager
+def staging(out: Path, kind: str) -> Iterator[Path]:
+    """A fresh staging path beside out (not yet created), locked until the block ends."""
+    fd, lock = tempfile.mkstemp(prefix=f".{out.name}.{kind}-", suffix=LOCK_SUFFIX, dir=out.parent)
     try:
-        shards, arrow_bytes = write_parquet_shards(source, staged, quiet)
-        (staged / ANNOTATIONS_FILE).write_bytes(source.annotations)
-        card = render_card(source, hub_types(source.records), shards, arrow_bytes)
-        (staged / CARD_FILE).write_text(card, encoding="utf-8")
-        write_marker(staged, shards + [ANNOTATIONS_FILE, CARD_FILE], source.header, len(source.records))
-        os.chmod(staged, 0o777 & ~current_umask())  # mkdtemp made it private; an export is an ordinary folder
-        replace_folder_deleting_old(staged, out, replacing)
-    except BaseException:
-        shutil.rmtree(staged, ignore_errors=True)
-        raise
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # before the staging path exists, so no one sees it unlocked
+        yield Path(lock[:-len(LOCK_SUFFIX)])
+    finally:
+        Path(lock).unlink(missing_ok=True)
+        os.close(fd)
+
+
+def remove_dead_staging(out: Path) -> None:
+    """Remove what exports to out that were killed outright left beside it; a live export's staging stays."""
+    if fcntl is None:
+        return
+    for lock in out.parent.glob(f".{glob.escape(out.name)}.*{LOCK_SUFFIX}"):
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:  # gone meanwhile, or not a file of ours
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # held: that export is running
+                continue
+            staged = lock.with_name(lock.name[:-len(LOCK_SUFFIX)])
+            if staged.is_dir() and not staged.is_symlink():
+                shutil.rmtree(staged)
+            elif staged.exists() or staged.is_symlink():
+                staged.unlink()
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
 
 
 def current_umask() -> int:
@@ -583,18 +633,18 @@ def tsv_rows(source: SourceDataset, quiet: bool) -> Iterator[list]:
 def export_tsv(source: SourceDataset, out: Path, quiet: bool) -> None:
     check_tsv_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, staged = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            # pandas.read_csv(sep="\t") reads this back: minimal quoting with '"', one row per line.
-            writer = csv.writer(f, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
-            writer.writerow(TSV_COLUMNS)
-            writer.writerows(tsv_rows(source, quiet))
-        os.chmod(staged, 0o666 & ~current_umask())
-        os.replace(staged, out)
-    except BaseException:
-        Path(staged).unlink(missing_ok=True)
-        raise
+    remove_dead_staging(out)
+    with staging(out, "tmp") as staged:
+        try:
+            with open(staged, "x", encoding="utf-8", newline="") as f:
+                # pandas.read_csv(sep="\t") reads this back: minimal quoting with '"', one row per line.
+                writer = csv.writer(f, delimiter="\t", lineterminator="\n", quoting=csv.QUOTE_MINIMAL)
+                writer.writerow(TSV_COLUMNS)
+                writer.writerows(tsv_rows(source, quiet))
+            os.replace(staged, out)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
 
 
 # ---------------------------------------------------------------------------

@@ -453,3 +453,39 @@ def test_importing_export_loads_no_heavy_dependency():
             "sys.exit(sorted(heavy) or 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+KILLED_EXPORT = """
+import os, signal, sys
+sys.path.insert(0, {root!r})
+import export
+export.write_marker = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # dies with the folder staged
+export.main(["--export-{kind}", {out!r}, "--dataset", {dataset!r}, "--quiet"])
+"""
+
+
+@pytest.mark.parametrize("kind, name", [("hub", "hub_loops"), ("vlmevalkit", "loops.tsv")])
+def test_an_export_killed_outright_leaves_nothing_once_run_again(dataset, tmp_path, kind, name):
+    out = tmp_path / name
+    if kind == "vlmevalkit":  # the TSV has no marker: die as its rows are written
+        script = KILLED_EXPORT.replace("export.write_marker =", "export.tsv_rows =")
+    else:
+        script = KILLED_EXPORT
+    killed = subprocess.run([sys.executable, "-c", script.format(root=str(REPO_ROOT), kind=kind, out=str(out),
+                                                                  dataset=str(dataset))], timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    assert [p.name for p in tmp_path.iterdir()], "the killed export left its staging behind"
+    assert export.main([f"--export-{kind}", str(out), "--dataset", str(dataset), "--quiet"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_an_export_leaves_a_live_exports_staging_alone(dataset, tmp_path):
+    import fcntl
+    out = tmp_path / "hub_loops"
+    staged = tmp_path / ".hub_loops.export-live"
+    staged.mkdir()
+    lock = tmp_path / ".hub_loops.export-live.lock"
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as the other export holds it while it runs
+        assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet"]) == 0
+        assert staged.is_dir() and lock.exists()
