@@ -1992,37 +1992,37 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
 
     jobs may be a generator: it is read only as fast as results come back.
     """
-    with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
-        if workers == 1:
-            for job in jobs:
-                yield function(job)
-                progress.update()
-                STOP_REQUEST.check()
-            return
-        # A process pool that survives a worker killed outright (a signal to the whole process
-        # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
-        others = set(multiprocessing.active_children())
-        pool = ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=worker_signals,
-                                   initargs=(os.getpid(),))
-        try:
-            # A few jobs in flight per worker keep every one busy; results come back in job order,
-            # so the output does not depend on the worker count, and memory stays flat in n.
-            in_flight: deque = deque()
-            for job in jobs:
-                in_flight.append(pool.submit(function, job))
-                if len(in_flight) == JOBS_IN_FLIGHT_PER_WORKER * workers:
-                    yield in_flight.popleft().result()
-                    progress.update()
-                    STOP_REQUEST.check()
-            while in_flight:
+    results = (function(job) for job in jobs) if workers == 1 else pool_results(function, jobs, workers)
+    with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress, \
+            contextlib.closing(results):  # stopping here stops the pool too
+        for result in results:
+            yield result
+            progress.update()
+            STOP_REQUEST.check()
+
+
+def pool_results(function, jobs: Iterable, workers: int):
+    """function(job) for each job, in job order, computed by a pool of worker processes."""
+    # A process pool that survives a worker killed outright (a signal to the whole process
+    # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
+    others = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=worker_signals,
+                               initargs=(os.getpid(),))
+    try:
+        # A few jobs in flight per worker keep every one busy; results come back in job order,
+        # so the output does not depend on the worker count, and memory stays flat in n.
+        in_flight: deque = deque()
+        for job in jobs:
+            in_flight.append(pool.submit(function, job))
+            if len(in_flight) == JOBS_IN_FLIGHT_PER_WORKER * workers:
                 yield in_flight.popleft().result()
-                progress.update()
-                STOP_REQUEST.check()
-        except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): no image is worth waiting for
-            stop_workers(others)
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        while in_flight:
+            yield in_flight.popleft().result()
+    except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): no image is worth waiting for
+        stop_workers(others)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def worker_context() -> multiprocessing.context.BaseContext:
