@@ -574,6 +574,7 @@ def export_hub(source: SourceDataset, out: Path, quiet: bool) -> None:
 # kernel drops the lock when the process ends, however it ends, so a later export to the same target can
 # tell a killed run's leftovers from a live run's. Without fcntl (Windows) nothing is locked or cleaned.
 LOCK_SUFFIX = ".lock"
+STAGING_KINDS = {"export": stat.S_ISDIR, "tmp": stat.S_ISREG}  # the Hub folder's staging, the TSV's
 
 
 @contextlib.contextmanager
@@ -590,27 +591,33 @@ def staging(out: Path, kind: str) -> Iterator[Path]:
 
 
 def remove_dead_staging(out: Path) -> None:
-    """Remove what exports to out that were killed outright left beside it; a live export's staging stays."""
+    """Remove what exports to out that were killed outright left beside it; a live export's staging stays,
+    and so does anything not named and typed as the export's own staging."""
     if fcntl is None:
         return
-    for lock in out.parent.glob(f".{glob.escape(out.name)}.*{LOCK_SUFFIX}"):
-        try:
-            fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:  # gone meanwhile, or not a file of ours
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:  # held: that export is running
+    for kind, is_kind in STAGING_KINDS.items():
+        for lock in out.parent.glob(f".{glob.escape(out.name)}.{kind}-*{LOCK_SUFFIX}"):
+            try:  # non-blocking: a FIFO put there must not hang the export
+                fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError:  # gone meanwhile, or a symlink
                 continue
-            staged = lock.with_name(lock.name[:-len(LOCK_SUFFIX)])
-            if staged.is_dir() and not staged.is_symlink():
-                shutil.rmtree(staged)
-            elif staged.exists() or staged.is_symlink():
-                staged.unlink()
-            lock.unlink(missing_ok=True)
-        finally:
-            os.close(fd)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:  # held: that export is running
+                    continue
+                staged = lock.with_name(lock.name[:-len(LOCK_SUFFIX)])
+                try:
+                    if not is_kind(os.lstat(staged).st_mode):
+                        continue
+                    shutil.rmtree(staged) if kind == "export" else staged.unlink()
+                except FileNotFoundError:  # killed before its staging was made, or after it was renamed
+                    pass
+                lock.unlink(missing_ok=True)
+            finally:
+                os.close(fd)
 
 
 def current_umask() -> int:

@@ -489,3 +489,14 @@ def test_an_export_leaves_a_live_exports_staging_alone(dataset, tmp_path):
         fcntl.flock(held, fcntl.LOCK_EX)  # as the other export holds it while it runs
         assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet"]) == 0
         assert staged.is_dir() and lock.exists()
+
+
+def test_an_export_leaves_lookalike_files_that_are_not_its_staging(dataset, tmp_path):
+    out = tmp_path / "hub_loops"
+    notes, notes_lock = tmp_path / ".hub_loops.notes", tmp_path / ".hub_loops.notes.lock"
+    wrong_type, wrong_type_lock = tmp_path / ".hub_loops.export-x", tmp_path / ".hub_loops.export-x.lock"
+    for path in (notes, notes_lock, wrong_type, wrong_type_lock):
+        path.write_text("mine")  # an export's staging is a folder, so this file is not one
+    os.mkfifo(tmp_path / ".hub_loops.export-y.lock")
+    assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet"]) == 0
+    assert all(path.read_text() == "mine" for path in (notes, notes_lock, wrong_type, wrong_type_lock))
