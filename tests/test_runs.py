@@ -352,6 +352,7 @@ def count_draws(monkeypatch):
 
 def records_alive():
     """Records still referenced anywhere; cheap_sample's list field makes the collector track them."""
+    gc.collect()  # garbage from earlier tests is not held by anyone
     return sum(1 for thing in gc.get_objects() if isinstance(thing, dict) and "pixel_sha256" in thing)
 
 
@@ -373,11 +374,11 @@ def test_no_stage_holds_the_records(stage, tmp_path, monkeypatch):
     if stage == "repeat":
         creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     name, index_of = INDEX_OF_CALL[stage]
-    original, alive = getattr(creation, name), []
+    original, alive, before = getattr(creation, name), [], records_alive()  # what other tests' fixtures keep
 
     def counting(*args):
         if index_of(*args) in (0, cfg.n - 1):  # records read ahead show at the first sample, records kept at the last
-            alive.append(records_alive())
+            alive.append(records_alive() - before)
         return original(*args)
 
     monkeypatch.setattr(creation, name, counting)
