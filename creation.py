@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.1.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.2.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -118,6 +118,7 @@ BALANCED_EXTRA_CURLS = 14.0
 BALANCED_CURL_LOOPS = 11
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
+PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
 # Curl size: big lobes (about 4k-30k px2) are often crossed by other loops, which hides them from a curl
 # detector (2.5-3.5 let the audit find 65 % of curls, and curls plus turning reach 29 %), and they are the
 # size of the faces that loop crossings make, so face sizes track N less. Below ~2.4 the tip is sharper than 8 px.
@@ -473,15 +474,19 @@ def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tu
     return factor * points, factor * curvature_radius
 
 
-def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
-    """Shift a loop to a uniform position whose every point stays inside the margin."""
+def placement_range(points: np.ndarray, cfg: Config) -> tuple[list[float], list[float]] | None:
+    """The least and greatest shift (x, y) that keep every point of a loop inside the margin, or None."""
     xs, ys = points.T  # per column: numpy's axis-0 reductions of (P, 2) arrays are several times slower
     # Scalars until the draw: two-element arrays would cost more in overhead than in arithmetic.
     low = [cfg.interior_margin - xs.min(), cfg.interior_margin - ys.min()]
     high = [cfg.size - cfg.interior_margin - xs.max(), cfg.size - cfg.interior_margin - ys.max()]
-    if low[0] > high[0] or low[1] > high[1]:
-        return None
-    return points + rng.uniform(low, high)
+    return None if low[0] > high[0] or low[1] > high[1] else (low, high)
+
+
+def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
+    """Shift a loop to a uniform position whose every point stays inside the margin."""
+    shifts = placement_range(points, cfg)
+    return None if shifts is None else points + rng.uniform(*shifts)
 
 
 # ---------------------------------------------------------------------------
@@ -1023,6 +1028,91 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
                   longest), None
 
 
+@dataclass(frozen=True)
+class PlacementFaults:
+    """What each of K translated copies of a loop does to the tangle, by the rules on crossings between loops."""
+
+    crossings: np.ndarray  # (K,) crossings with the tangle
+    shallow: np.ndarray  # (K,) bool: some crossing under min_crossing_angle
+    crowded: np.ndarray  # (K,) bool: some crossing nearer another than min_crossing_separation
+    lens: np.ndarray  # (K,) bool: two crossings with the same loop nearer than same_pair_separation_px
+
+    def allowed(self, room: float) -> np.ndarray:
+        return (self.crossings >= 1) & (self.crossings <= room) & ~self.shallow & ~self.crowded & ~self.lens
+
+    def reason(self, room: float) -> str:
+        """The rule to blame when no copy passes: in try_add_loop's order, the first that all copies left break."""
+        passed = self.crossings >= 1
+        for rule, broke in (("disconnected", ~passed), ("crossing_budget", self.crossings > room),
+                            ("crossing_angle", self.shallow), ("crossing_separation", self.crowded)):
+            if not np.any(passed & ~broke):
+                return rule
+            passed &= ~broke
+        return "same_pair_separation"
+
+
+def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> PlacementFaults:
+    """The crossings of each translated copy of a loop (tries, (K, P, 2)) with the tangle, and their faults.
+
+    The crossings are found as try_add_loop finds them. A crossing is
+    crowded if it is too near an existing crossing or another of the same
+    copy's, and makes a lens if a crossing with the same loop is too near
+    for its angle; try_add_loop still checks the copy's own self-crossings.
+    """
+    count, points = tries.shape[1], tries.reshape(-1, 2)
+    ends = np.concatenate([tries[:, 1:], tries[:, :1]], axis=1).reshape(-1, 2)
+    longest = max(tangle.longest, float(np.hypot(*(ends[:count] - points[:count]).T).max()))
+    mine, theirs = grid_pairs(tangle.grid, 0.5 * (points + ends), longest)
+    pairs = (rows_at(points, mine), rows_at(ends, mine), rows_at(tangle.segs.start, theirs),
+             rows_at(tangle.segs.end, theirs))
+    hit = segments_cross(*pairs)
+    point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
+    copy = rows_where(mine, hit) // count  # (H,)
+    other = rows_at(tangle.segs.loop, rows_where(theirs, hit))
+    old_gap = np.hypot(*(point[:, None, :] - tangle.crossings.point[None, :, :]).transpose(2, 0, 1))  # (H, C)
+    gap = np.hypot(*(point[:, None, :] - point[None, :, :]).transpose(2, 0, 1))  # (H, H)
+    np.fill_diagonal(gap, np.inf)
+    same_copy = copy[:, None] == copy[None, :]
+    crowded = ((old_gap < cfg.min_crossing_separation).any(axis=1)
+               | (same_copy & (gap < cfg.min_crossing_separation)).any(axis=1))
+    lens_gap = same_pair_separation_px(np.minimum(angle[:, None], angle[None, :]), cfg)
+    lens = (same_copy & (other[:, None] == other[None, :]) & (gap < lens_gap)).any(axis=1)
+
+    def per_copy(flags: np.ndarray) -> np.ndarray:
+        return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
+
+    return PlacementFaults(np.bincount(copy, minlength=len(tries)), per_copy(angle < cfg.min_crossing_angle),
+                           per_copy(crowded), per_copy(lens))
+
+
+def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator,
+                      shape: LoopShape) -> tuple[np.ndarray | None, str | None]:
+    """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings with the tangle pass.
+
+    Most budgeted candidates fail on where they land (too many crossings, or
+    one too shallow or too close to another), not on their shape, so a shape
+    is moved before it is redrawn: a spline fit costs more than a screen.
+    The first passing of independent uniform positions is placed as rejection
+    would place it. Positions go in batches of 1, 1, 2, 4, ...: the first
+    often passes, and a batch costs little more than one position.
+    """
+    offsets = np.vstack([np.zeros(2), rng.uniform(*placement_range(placed, cfg), (PLACEMENTS_PER_SHAPE - 1, 2))])
+    room = shape.crossing_cap - np.count_nonzero(~tangle.crossings.is_self)
+    batches = []
+    start, stop = 0, 1
+    while start < PLACEMENTS_PER_SHAPE:
+        tries = placed[None] + offsets[start:stop, None]
+        faults = placement_faults(tangle, tries, cfg)
+        allowed = faults.allowed(room)
+        if allowed.any():
+            return tries[np.argmax(allowed)], None
+        batches.append(faults)
+        start, stop = stop, min(2 * stop, PLACEMENTS_PER_SHAPE)
+    every = PlacementFaults(*(np.concatenate([getattr(f, field.name) for f in batches])
+                              for field in dataclasses.fields(PlacementFaults)))
+    return None, every.reason(room)
+
+
 def draw_loop(cfg: Config, rng: np.random.Generator,
               shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
     """One loop placed on the canvas, or None with the rule its shape broke on its own.
@@ -1044,8 +1134,9 @@ def draw_loop(cfg: Config, rng: np.random.Generator,
 def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
     """Place num_loops loops one at a time, redrawing only the loop that breaks a rule.
 
-    A loop that cannot be placed within cfg.loop_attempts redraws restarts the
-    sample from an empty canvas; the count itself never changes, so rejection
+    A budgeted loop is tried at several positions before its shape is
+    redrawn (screen_placements). A loop that cannot be placed within
+    cfg.loop_attempts redraws restarts the sample from an empty canvas; the count itself never changes, so rejection
     cannot skew the answers. Returns the tangle and how many redraws each rule caused.
     """
     # Budgets are kept across restarts: redrawing them would favour the easy ones, which depend on N.
@@ -1057,6 +1148,8 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
             shape = shapes[len(tangle.loops)]
             for _ in range(cfg.loop_attempts):
                 candidate, reason = draw_loop(cfg, rng, shape)
+                if candidate is not None and shape is not None and tangle.loops:
+                    candidate, reason = screen_placements(tangle, candidate, cfg, rng, shape)
                 if candidate is not None:
                     added, reason = try_add_loop(tangle, candidate, cfg, shape)
                 if reason is None:

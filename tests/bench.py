@@ -17,8 +17,8 @@ beside it as a sign of the noise. Rows:
       the plain baseline and, for context, the old prototype tests/reference.py;
       the default mode over --original-shapes is issue 14's cost ratio (<= 1.3);
   start-up: `python -c "import creation"` and `python creation.py --help`;
-  per-stage medians of the default mode (sampling, split into drawing and
-      validating candidate loops; rendering; encoding; hashing; writing), with
+  per-stage medians of the default mode (sampling, split into drawing
+      candidate loops, screening their positions and validating them; rendering; encoding; hashing; writing), with
       context timed apart (the noisy canvas, the strokes, the same image saved
       with Pillow's PNG defaults and as RGB at zlib 6) and the pipeline over
       the encode;
@@ -148,18 +148,19 @@ def stage_times(cfg, indices) -> dict:
     loops placed so far, alternately, so the two are told apart by timing the
     functions that do each (sample = draw + validate + a little bookkeeping).
     """
-    stages = {name: [] for name in ("sample", "draw", "validate", "render", "encode", "hash", "write", "total",
+    stages = {name: [] for name in ("sample", "draw", "screen", "validate", "render", "encode", "hash", "write", "total",
                                     "canvas_noise", "strokes", "png_default", "rgb_zlib6")}
     with tempfile.TemporaryDirectory() as tmp:
         for index in indices:
-            draw, validate = Stopwatch("draw_loop"), Stopwatch("try_add_loop")
-            creation.draw_loop, creation.try_add_loop = draw, validate
+            draw, screen, validate = Stopwatch("draw_loop"), Stopwatch("screen_placements"), Stopwatch("try_add_loop")
+            creation.draw_loop, creation.screen_placements, creation.try_add_loop = draw, screen, validate
             clock = time.perf_counter()
             rng = creation.sample_rng(cfg, index)
             try:
                 tangle, _ = creation.sample_tangle(cfg, rng, creation.loop_count(cfg, index, rng), index)
             finally:
-                creation.draw_loop, creation.try_add_loop = draw.original, validate.original
+                creation.draw_loop, creation.screen_placements, creation.try_add_loop = (
+                    draw.original, screen.original, validate.original)
             after_sample = time.perf_counter()
             image = creation.render_loops(tangle.loops, cfg, rng)
             after_render = time.perf_counter()
@@ -171,7 +172,7 @@ def stage_times(cfg, indices) -> dict:
             (Path(tmp) / f"{index}.png").write_bytes(buffer.getvalue())
             done = time.perf_counter()
             for name, seconds in (("sample", after_sample - clock), ("draw", draw.seconds),
-                                  ("validate", validate.seconds), ("render", after_render - after_sample),
+                                  ("screen", screen.seconds), ("validate", validate.seconds), ("render", after_render - after_sample),
                                   ("encode", after_encode - after_render), ("hash", after_hash - after_encode),
                                   ("write", done - after_hash), ("total", done - clock)):
                 stages[name].append(seconds)
@@ -265,7 +266,9 @@ def print_startup(runs: int) -> None:
 
 def print_stages(cfg: creation.Config, count: int) -> None:
     stages = stage_times(cfg, range(count))
-    labels = {"draw": "(of sample: drawing candidate loops)", "validate": "(of sample: validating them)",
+    labels = {"draw": "(of sample: drawing candidate loops)",
+              "screen": "(of sample: trying positions for them against the crossing rules)",
+              "validate": "(of sample: validating them)",
               "write": "(writing the file, not in make_sample)",
               "canvas_noise": "(of render: the noisy bare canvas alone, timed apart, not part of total)",
               "strokes": "(of render: the antialiased strokes alone, timed apart, not part of total)",

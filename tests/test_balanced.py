@@ -1,5 +1,7 @@
 """The default, budgeted mode: budgets, one-piece tangles, every rule kept; the original shapes behind a switch."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -142,3 +144,90 @@ def test_the_loop_radius_flags_it_ignores_are_not_checked():
     with pytest.raises(ValueError, match="--max-radius"):
         Config(size=768, original_shapes=True)
     assert Config(size=768).size == 768
+
+
+SCREENED_RULES = ("disconnected", "crossing_budget", "crossing_angle", "crossing_separation", "same_pair_separation")
+
+
+def partial_tangle(index):
+    """The tangle of a default sample's loops but its last, and the last loop's budgeted shape."""
+    rng = creation.sample_rng(BALANCED, index)
+    num_loops = creation.loop_count(BALANCED, index, rng)
+    shapes = creation.balanced_shapes(BALANCED, creation.sample_rng(BALANCED, index), num_loops)
+    tangle, _ = creation.sample_tangle(BALANCED, rng, num_loops, index)
+    partial = creation.Tangle.empty(BALANCED)
+    for loop in tangle.loops[:-1]:
+        partial, reason = creation.try_add_loop(partial, loop, BALANCED)
+        assert reason is None
+    return partial, shapes[-1]
+
+
+def placements(loop, count, seed):
+    rng = np.random.default_rng(seed)
+    return loop[None] + rng.uniform(*creation.placement_range(loop, BALANCED), (count, 2))[:, None]
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossings_between_loops(index):
+    partial, shape = partial_tangle(index)
+    rng = np.random.default_rng(index)
+    curl_free = dataclasses.replace(shape, curls=0)
+    while True:  # a loop that does not cross itself, so every crossing rule it can break is about other loops
+        loop, _ = creation.draw_loop(BALANCED, rng, curl_free)
+        if loop is not None and not creation.find_all_events([loop], BALANCED)[1].is_self.any():
+            break
+    tries = placements(loop, 300, index)
+    room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
+    allowed = creation.placement_faults(partial, tries, BALANCED).allowed(room)
+    reasons = [creation.try_add_loop(partial, copy, BALANCED, shape)[1] for copy in tries]
+    assert list(allowed) == [reason not in SCREENED_RULES for reason in reasons]
+    assert 0 < allowed.sum() < len(tries)  # both outcomes were tried
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_accepts(index):
+    partial, shape = partial_tangle(index)
+    rng = np.random.default_rng(index)
+    loop = None
+    while loop is None:
+        loop, _ = creation.draw_loop(BALANCED, rng, dataclasses.replace(shape, curls=max(shape.curls, 1)))
+    tries = placements(loop, 300, index)
+    room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
+    faults = creation.placement_faults(partial, tries, BALANCED)
+    reasons = [creation.try_add_loop(partial, copy, BALANCED, shape)[1] for copy in tries]
+    assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, faults.allowed(room)) if not ok)
+
+
+@pytest.mark.parametrize("index", range(3))
+def test_the_screen_places_the_first_position_that_passes(index):
+    partial, shape = partial_tangle(index)
+    loop = None
+    rng = np.random.default_rng(index)
+    while loop is None:
+        loop, _ = creation.draw_loop(BALANCED, rng, shape)
+    placed, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(7), shape)
+    offsets = np.vstack([np.zeros(2), np.random.default_rng(7).uniform(
+        *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
+    tries = loop[None] + offsets[:, None]
+    room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
+    faults = creation.placement_faults(partial, tries, BALANCED)
+    allowed = faults.allowed(room)
+    if allowed.any():
+        assert reason is None
+        np.testing.assert_array_equal(placed, tries[np.argmax(allowed)])
+    else:
+        assert placed is None and reason == faults.reason(room)
+
+
+@pytest.mark.parametrize("crossings, shallow, crowded, lens, rule", [
+    ([0, 0], [0, 0], [0, 0], [0, 0], "disconnected"),
+    ([0, 9], [0, 0], [0, 0], [0, 0], "crossing_budget"),
+    ([3, 9], [1, 0], [0, 0], [0, 0], "crossing_angle"),
+    ([3, 2], [1, 0], [0, 1], [0, 0], "crossing_separation"),
+    ([3, 2], [1, 0], [0, 0], [0, 1], "same_pair_separation"),
+])
+def test_a_shape_that_fits_nowhere_is_blamed_on_the_first_rule_its_positions_all_break(crossings, shallow, crowded,
+                                                                                        lens, rule):
+    faults = creation.PlacementFaults(np.array(crossings), *(np.array(f, dtype=bool) for f in (shallow, crowded, lens)))
+    assert not faults.allowed(room=5).any()
+    assert faults.reason(room=5) == rule
