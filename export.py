@@ -100,7 +100,7 @@ FIELDS = {
     "num_crossings": ("int64", "crossings between two different loops"),
     "num_self_crossings": ("int64", "crossings of a loop with itself"),
     "min_crossing_angle_deg": ("float64", "shallowest crossing angle, degrees (null when nothing crosses)"),
-    "loop_redraws": ("int64", "candidate loops the sampler threw away before this image was accepted"),
+    "loop_redraws": ("int64", "candidate loop shapes the sampler threw away before this image was accepted"),
     "pixel_sha256": ("string", "SHA-256 of the decoded RGB pixel bytes (row-major, H x W x 3)"),
 }
 
