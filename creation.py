@@ -119,9 +119,9 @@ BALANCED_CURL_LOOPS = 11
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
-# Curl size: big lobes (about 4k-30k px2) are often crossed by other loops, which hides them from a curl
-# detector (2.5-3.5 let the audit find 65 % of curls, and curls plus turning reach 29 %), and they are the
-# size of the faces that loop crossings make, so face sizes track N less. Below ~2.4 the tip is sharper than 8 px.
+# Curl size: big lobes are often crossed by other loops, which hides them from a curl detector, and they
+# are the size of the faces that loop crossings make, so face sizes track N less (creation.md, "Still open").
+# Below ~2.4 the tip is sharper than 8 px.
 CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 
