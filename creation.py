@@ -1061,7 +1061,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> Placemen
     """
     count, points = tries.shape[1], tries.reshape(-1, 2)
     ends = np.concatenate([tries[:, 1:], tries[:, :1]], axis=1).reshape(-1, 2)
-    longest = max(tangle.longest, float(np.hypot(*(ends[:count] - points[:count]).T).max()))
+    longest = max(tangle.longest, float(np.hypot(*(ends - points).T).max()))  # copies differ by rounding
     mine, theirs = grid_pairs(tangle.grid, 0.5 * (points + ends), longest)
     pairs = (rows_at(points, mine), rows_at(ends, mine), rows_at(tangle.segs.start, theirs),
              rows_at(tangle.segs.end, theirs))
@@ -1070,6 +1070,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> Placemen
     copy = rows_where(mine, hit) // count  # (H,)
     other = rows_at(tangle.segs.loop, rows_where(theirs, hit))
     old_gap = np.hypot(*(point[:, None, :] - tangle.crossings.point[None, :, :]).transpose(2, 0, 1))  # (H, C)
+    # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
     gap = np.hypot(*(point[:, None, :] - point[None, :, :]).transpose(2, 0, 1))  # (H, H)
     np.fill_diagonal(gap, np.inf)
     same_copy = copy[:, None] == copy[None, :]
@@ -1092,11 +1093,17 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     Most budgeted candidates fail on where they land (too many crossings, or
     one too shallow or too close to another), not on their shape, so a shape
     is moved before it is redrawn: a spline fit costs more than a screen.
-    The first passing of independent uniform positions is placed as rejection
-    would place it. Positions go in batches of 1, 1, 2, 4, ...: the first
-    often passes, and a batch costs little more than one position.
+    For a given shape, the first passing one of independent uniform positions
+    lands where rejection would put it. Shapes are weighed differently: plain
+    rejection keeps one in proportion to the share of positions where it
+    fits, the screen nearly whenever it fits in one of 16, so this is a
+    change of distribution and was audited as one (creation.md, step 5).
+    Positions go in batches of 1, 1, 2, 4, ...: the first often passes, and
+    a batch costs little more than one position.
     """
-    offsets = np.vstack([np.zeros(2), rng.uniform(*placement_range(placed, cfg), (PLACEMENTS_PER_SHAPE - 1, 2))])
+    # Rounding in the first shift can leave a loop as wide as the drawable area an ulp too wide to move.
+    low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
+    offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
     room = shape.crossing_cap - np.count_nonzero(~tangle.crossings.is_self)
     batches = []
     start, stop = 0, 1
@@ -1136,8 +1143,9 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
 
     A budgeted loop is tried at several positions before its shape is
     redrawn (screen_placements). A loop that cannot be placed within
-    cfg.loop_attempts redraws restarts the sample from an empty canvas; the count itself never changes, so rejection
-    cannot skew the answers. Returns the tangle and how many redraws each rule caused.
+    cfg.loop_attempts redraws restarts the sample from an empty canvas; the
+    count itself never changes, so rejection cannot skew the answers.
+    Returns the tangle and how many redraws each rule caused.
     """
     # Budgets are kept across restarts: redrawing them would favour the easy ones, which depend on N.
     shapes = (None,) * num_loops if cfg.original_shapes else balanced_shapes(cfg, rng, num_loops)

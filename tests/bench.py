@@ -144,12 +144,13 @@ class Stopwatch:
 def stage_times(cfg, indices) -> dict:
     """Per-image seconds of each stage of the default pipeline.
 
-    Sampling draws a candidate loop and validation checks it against the
-    loops placed so far, alternately, so the two are told apart by timing the
-    functions that do each (sample = draw + validate + a little bookkeeping).
+    Sampling draws a candidate shape, screens positions for it and validates
+    the one that passes against the loops placed so far, in turn, so the
+    three are told apart by timing the functions that do each (sample = draw
+    + screen + validate + a little bookkeeping).
     """
-    stages = {name: [] for name in ("sample", "draw", "screen", "validate", "render", "encode", "hash", "write", "total",
-                                    "canvas_noise", "strokes", "png_default", "rgb_zlib6")}
+    stages = {name: [] for name in ("sample", "draw", "screen", "validate", "render", "encode", "hash", "write",
+                                    "total", "canvas_noise", "strokes", "png_default", "rgb_zlib6")}
     with tempfile.TemporaryDirectory() as tmp:
         for index in indices:
             draw, screen, validate = Stopwatch("draw_loop"), Stopwatch("screen_placements"), Stopwatch("try_add_loop")
@@ -172,7 +173,8 @@ def stage_times(cfg, indices) -> dict:
             (Path(tmp) / f"{index}.png").write_bytes(buffer.getvalue())
             done = time.perf_counter()
             for name, seconds in (("sample", after_sample - clock), ("draw", draw.seconds),
-                                  ("screen", screen.seconds), ("validate", validate.seconds), ("render", after_render - after_sample),
+                                  ("screen", screen.seconds), ("validate", validate.seconds),
+                                  ("render", after_render - after_sample),
                                   ("encode", after_encode - after_render), ("hash", after_hash - after_encode),
                                   ("write", done - after_hash), ("total", done - clock)):
                 stages[name].append(seconds)

@@ -1,5 +1,6 @@
 """The default, budgeted mode: budgets, one-piece tangles, every rule kept; the original shapes behind a switch."""
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -153,7 +154,7 @@ def partial_tangle(index):
     """The tangle of a default sample's loops but its last, and the last loop's budgeted shape."""
     rng = creation.sample_rng(BALANCED, index)
     num_loops = creation.loop_count(BALANCED, index, rng)
-    shapes = creation.balanced_shapes(BALANCED, creation.sample_rng(BALANCED, index), num_loops)
+    shapes = creation.balanced_shapes(BALANCED, copy.deepcopy(rng), num_loops)  # the sampler's first draw
     tangle, _ = creation.sample_tangle(BALANCED, rng, num_loops, index)
     partial = creation.Tangle.empty(BALANCED)
     for loop in tangle.loops[:-1]:
@@ -179,7 +180,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
     tries = placements(loop, 300, index)
     room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
     allowed = creation.placement_faults(partial, tries, BALANCED).allowed(room)
-    reasons = [creation.try_add_loop(partial, copy, BALANCED, shape)[1] for copy in tries]
+    reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert list(allowed) == [reason not in SCREENED_RULES for reason in reasons]
     assert 0 < allowed.sum() < len(tries)  # both outcomes were tried
 
@@ -191,16 +192,20 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
     loop = None
     while loop is None:
         loop, _ = creation.draw_loop(BALANCED, rng, dataclasses.replace(shape, curls=max(shape.curls, 1)))
+    assert creation.find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
     room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
-    faults = creation.placement_faults(partial, tries, BALANCED)
-    reasons = [creation.try_add_loop(partial, copy, BALANCED, shape)[1] for copy in tries]
-    assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, faults.allowed(room)) if not ok)
+    allowed = creation.placement_faults(partial, tries, BALANCED).allowed(room)
+    reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
+    assert 0 < allowed.sum() < len(tries)
+    assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, allowed) if not ok)
 
 
-@pytest.mark.parametrize("index", range(3))
-def test_the_screen_places_the_first_position_that_passes(index):
+@pytest.mark.parametrize("index, cap", [(0, None), (1, None), (2, None), (0, 0.0)])  # a cap of 0: nowhere fits
+def test_the_screen_places_the_first_position_that_passes(index, cap):
     partial, shape = partial_tangle(index)
+    if cap is not None:
+        shape = dataclasses.replace(shape, crossing_cap=cap)
     loop = None
     rng = np.random.default_rng(index)
     while loop is None:
@@ -212,11 +217,23 @@ def test_the_screen_places_the_first_position_that_passes(index):
     room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
     faults = creation.placement_faults(partial, tries, BALANCED)
     allowed = faults.allowed(room)
+    assert allowed.any() == (cap is None)
     if allowed.any():
         assert reason is None
         np.testing.assert_array_equal(placed, tries[np.argmax(allowed)])
     else:
-        assert placed is None and reason == faults.reason(room)
+        assert placed is None and reason == faults.reason(room) == "crossing_budget"
+
+
+def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
+    partial, shape = partial_tangle(0)
+    low, high = BALANCED.interior_margin, BALANCED.size - BALANCED.interior_margin
+    t = np.linspace(0, 2 * np.pi, 900, endpoint=False)
+    loop = np.column_stack([low + (high - low) * (1 + np.cos(t)) / 2, 512 + 100 * np.sin(t)])
+    loop[0, 0] = np.nextafter(high, np.inf)  # an ulp past the margin, as rounding in a shift can leave it
+    assert creation.placement_range(loop, BALANCED) is None
+    placed, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(0), shape)
+    assert placed is None or np.array_equal(placed, loop)
 
 
 @pytest.mark.parametrize("crossings, shallow, crowded, lens, rule", [
