@@ -255,7 +255,9 @@ class Config:
             raise ValueError(
                 f"one ink budget is shared among --min-loops {self.min_loops} to --max-loops "
                 f"{self.max_loops} loops; at most {loop_ratio_limit:g} "
-                f"times as many loops at the top as at the bottom fit on the canvas")
+                f"times as many loops at the top as at the bottom fit on the canvas: --max-loops at most "
+                f"{math.floor(loop_ratio_limit * self.min_loops)} here, or --min-loops at least "
+                f"{math.ceil(self.max_loops / loop_ratio_limit)}")
 
     @property
     def self_arc_gap_px(self) -> float:

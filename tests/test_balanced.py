@@ -56,8 +56,11 @@ def test_the_old_balanced_switch_names_the_default():
 
 
 def test_too_wide_a_loop_range_for_one_ink_budget_names_the_flags():
-    with pytest.raises(ValueError, match="one ink budget.*--min-loops 3.*--max-loops 11"):
+    with pytest.raises(ValueError, match="one ink budget.*--min-loops 3.*--max-loops 11.*--max-loops at most 7 here, "
+                                         "or --min-loops at least 5"):
         Config(min_loops=3)
+    Config(min_loops=3, max_loops=7)  # the values the message offers are accepted
+    Config(min_loops=5, max_loops=11)
 
 
 @pytest.mark.parametrize("num_loops", range(5, 12))
