@@ -608,6 +608,11 @@ def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
     return point, angle
 
 
+def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Distance from every point of a to every point of b.  (A, 2), (B, 2) in, (A, B) out"""
+    return np.hypot(*(a[:, None, :] - b[None, :, :]).transpose(2, 0, 1))
+
+
 def point_segment_distance(x, a, b) -> np.ndarray:
     # Components spelled out: np.sum over a length-2 axis is several times slower.
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
@@ -777,7 +782,7 @@ def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config
     Crossings from first_new on are new; each is compared with every other one.
     """
     new = slice(first_new, None)
-    dist = np.hypot(*(crossings.point[new][:, None, :] - crossings.point[None, :, :]).transpose(2, 0, 1))
+    dist = point_distances(crossings.point[new], crossings.point)
     rows = np.arange(len(crossings) - first_new)
     dist[rows, rows + first_new] = np.inf  # a crossing is not too close to itself
     same_pair = ((crossings.loop_a[new][:, None] == crossings.loop_a)
@@ -973,6 +978,10 @@ class Tangle:
         segs = concat_segments([loop_segments(np.zeros((0, 2)), 0)])
         return Tangle((), segs, build_grid(segs.mid, cfg.size), Crossings.empty(), 0.0)
 
+    def crossing_room(self, shape: LoopShape) -> float:
+        """How many more crossings between loops the shape's crossing_cap allows."""
+        return shape.crossing_cap - np.count_nonzero(~self.crossings.is_self)
+
 
 def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
                  shape: LoopShape | None = None) -> tuple[Tangle | None, str | None]:
@@ -992,7 +1001,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
         # One piece: a loop floating apart is easy to count.
         if tangle.loops and len(between) == 0:
             return None, "disconnected"
-        if np.count_nonzero(~tangle.crossings.is_self) + len(between) > shape.crossing_cap:
+        if len(between) > tangle.crossing_room(shape):
             return None, "crossing_budget"
     # Most redraws fail on the angle of a crossing with an earlier loop; settle
     # that before looking for self-crossings, which the same rule would reject anyway.
@@ -1071,9 +1080,9 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> Placemen
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy = rows_where(mine, hit) // count  # (H,)
     other = rows_at(tangle.segs.loop, rows_where(theirs, hit))
-    old_gap = np.hypot(*(point[:, None, :] - tangle.crossings.point[None, :, :]).transpose(2, 0, 1))  # (H, C)
+    old_gap = point_distances(point, tangle.crossings.point)  # (H, C)
     # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
-    gap = np.hypot(*(point[:, None, :] - point[None, :, :]).transpose(2, 0, 1))  # (H, H)
+    gap = point_distances(point, point)  # (H, H)
     np.fill_diagonal(gap, np.inf)
     same_copy = copy[:, None] == copy[None, :]
     crowded = ((old_gap < cfg.min_crossing_separation).any(axis=1)
@@ -1106,7 +1115,7 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     # Rounding in the first shift can leave a loop as wide as the drawable area an ulp too wide to move.
     low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
     offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
-    room = shape.crossing_cap - np.count_nonzero(~tangle.crossings.is_self)
+    room = tangle.crossing_room(shape)
     batches = []
     start, stop = 0, 1
     while start < PLACEMENTS_PER_SHAPE:

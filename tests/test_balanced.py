@@ -181,7 +181,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
         if loop is not None and not creation.find_all_events([loop], BALANCED)[1].is_self.any():
             break
     tries = placements(loop, 300, index)
-    room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
+    room = partial.crossing_room(shape)
     allowed = creation.placement_faults(partial, tries, BALANCED).allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert list(allowed) == [reason not in SCREENED_RULES for reason in reasons]
@@ -197,7 +197,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
         loop, _ = creation.draw_loop(BALANCED, rng, dataclasses.replace(shape, curls=max(shape.curls, 1)))
     assert creation.find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
-    room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
+    room = partial.crossing_room(shape)
     allowed = creation.placement_faults(partial, tries, BALANCED).allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert 0 < allowed.sum() < len(tries)
@@ -217,7 +217,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
     offsets = np.vstack([np.zeros(2), np.random.default_rng(7).uniform(
         *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
     tries = loop[None] + offsets[:, None]
-    room = shape.crossing_cap - np.count_nonzero(~partial.crossings.is_self)
+    room = partial.crossing_room(shape)
     faults = creation.placement_faults(partial, tries, BALANCED)
     allowed = faults.allowed(room)
     assert allowed.any() == (cap is None)
