@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.2.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.3.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -78,7 +78,7 @@ MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per in
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
-GRID_CELL_PX = 4.0  # above the longest segment at default settings (~2.5 px), so a crossing search reads 3 x 3 cells
+GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
@@ -156,7 +156,8 @@ class Config:
     max_waypoints: int = knob(10, "with --original-shapes: most spline waypoints per loop", "loops")
     angle_jitter: float = knob(0.42, "waypoint angle jitter, rad, capped to keep the waypoints in ring order", "loops")
     radius_jitter: float = knob(0.32, "with --original-shapes: waypoint radius jitter, fraction of the mean radius", "loops")
-    points_per_loop: int = knob(900, "dense samples along each loop's spline", "loops")
+    points_per_loop: int = knob(900, "dense samples along a loop's spline: every loop's with --original-shapes; by "
+                                "default the longest loop's a budget allows, the others' in proportion", "loops")
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
@@ -314,10 +315,12 @@ def spline_parameters(num_points: int) -> np.ndarray:
     return u
 
 
-def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarray, np.ndarray]:
+def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int) -> tuple[np.ndarray, np.ndarray]:
     """Periodic cubic B-spline through the waypoints, densely sampled.
 
-    Returns points (num_points, 2) and the radius of curvature at each, px. The
+    Returns num_points points (num_points, 2) and the radius of curvature, px,
+    at check_points parameter values (check_points,): a short loop drawn with
+    few points is still checked for tight bends as finely as a long one. The
     loop closes through the segment from the last point back to the first.
     """
     from scipy.interpolate import BSpline, splprep  # here, not at the top: --help, --merge and reruns draw no spline
@@ -327,8 +330,9 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int) -> tuple[np.ndarra
     # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
     # splprep's output needs none of the checks the plain constructor makes.
     spline = BSpline.construct_fast(knots, np.column_stack(coefficients), degree)
-    u = spline_parameters(num_points)
-    points, d1, d2 = spline(u), spline(u, 1), spline(u, 2)
+    u = spline_parameters(check_points)
+    points = spline(spline_parameters(num_points))
+    d1, d2 = spline(u, 1), spline(u, 2)
     speed = np.hypot(d1[:, 0], d1[:, 1])
     turn = np.abs(cross2(d1, d2))
     with np.errstate(divide="ignore"):
@@ -470,8 +474,16 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
 
 
 def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter."""
-    points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), cfg.points_per_loop)
+    """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter.
+
+    The point count follows the perimeter, points_per_loop on the longest loop a
+    budget allows, so segments are about as long on every loop: checks and
+    rendering cost in proportion to the points. Bends are checked on
+    points_per_loop parameter values whatever the count.
+    """
+    scale = (cfg.size - 2 * cfg.interior_margin) / BALANCED_REFERENCE_SIDE_PX
+    num_points = max(64, math.ceil(cfg.points_per_loop * shape.perimeter / (scale * BALANCED_PERIMETER_PX[1])))
+    points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), num_points, cfg.points_per_loop)
     factor = shape.perimeter / np.hypot(*(next_points(points) - points).T).sum()
     return factor * points, factor * curvature_radius
 
@@ -496,18 +508,23 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 # parallel stretches, curl size)
 
 
-# numpy's fancy indexing takes a general, slow path for these two cases; np.take and
-# np.compress give the same arrays faster.
+# numpy's fancy indexing takes a general, slow path for these two cases; the take and
+# compress methods give the same arrays faster (and skip the np.take wrapper's dispatch).
 
 
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
     """a[index] along the first axis."""
-    return np.take(a, index, axis=0)
+    return a.take(index, axis=0)
 
 
 def rows_where(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """a[mask] for a boolean mask over the first axis."""
-    return np.compress(mask, a, axis=0)
+    return a.compress(mask, axis=0)
+
+
+def clip_unit(x: np.ndarray) -> np.ndarray:
+    """np.clip(x, 0, 1) without np.clip's per-call argument checks, which cost more than the work here."""
+    return np.minimum(np.maximum(x, 0.0), 1.0)
 
 
 def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -617,7 +634,7 @@ def point_segment_distance(x, a, b) -> np.ndarray:
     # Components spelled out: np.sum over a length-2 axis is several times slower.
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
     axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
-    t = np.clip((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0, 1)
+    t = clip_unit((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12))
     return np.hypot(t * abx - axx, t * aby - axy)
 
 
@@ -744,22 +761,29 @@ def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.
     """Per (loop, other loop) pair, the arc length of the longest run of consecutive marked segments.  (R,) px
 
     rows (M,) are marked segment rows of segs, beside (M,) the loop each lies
-    next to. Every loop has the same number of segments, stored loop by loop.
+    next to. Segments are stored loop by loop in ascending loop id, each loop
+    in one block, in order along it; loops may have different counts.
     """
     if len(rows) == 0:
         return np.zeros(0)
-    per_loop = int(np.count_nonzero(segs.loop == segs.loop[0]))
     loops = int(segs.loop.max()) + 1  # a (loop, other loop) pair is the key loop * loops + other
+    counts = np.bincount(segs.loop, minlength=loops)  # (loops,) segments per loop
+    first = np.cumsum(counts) - counts
     keys, which = np.unique(rows_at(segs.loop, rows).astype(np.int64) * loops + beside, return_inverse=True)
-    marked = np.zeros((len(keys), per_loop), dtype=bool)  # (R, P)
+    owner = keys // loops
+    n = rows_at(counts, owner)[:, None]  # (R, 1)
+    marked = np.zeros((len(keys), int(counts.max())), dtype=bool)  # (R, P), P the longest loop's count
     marked[which, rows_at(segs.index, rows)] = True
-    lengths = np.hypot(*(segs.end - segs.start).T).reshape(-1, per_loop)  # (loops, P) px
-    run_lengths = rows_at(lengths, keys // loops)  # (R, P)
-    # Two laps round the loop catch a run that wraps past its first segment.
-    twice, step = np.tile(marked, 2), np.tile(run_lengths, 2) * np.tile(marked, 2)
+    lengths = np.hypot(*(segs.end - segs.start).T)  # (S,) px
+    # Two or more laps round each loop catch a run that wraps past its first segment; a third
+    # lap only repeats the first, and a loop marked all round is measured apart.
+    index = np.arange(2 * marked.shape[1])[None, :] % n  # (R, 2P)
+    twice = np.take_along_axis(marked, index, axis=1)
+    step = np.where(twice, lengths[first[owner][:, None] + index], 0.0)
     total = np.cumsum(step, axis=1)
     run = total - np.maximum.accumulate(np.where(twice, 0.0, total), axis=1)
-    return np.where(marked.all(axis=1), run_lengths.sum(axis=1), run.max(axis=1))
+    whole = marked.sum(axis=1) == n[:, 0]
+    return np.where(whole, rows_at(segs.perimeter, first[owner]), run.max(axis=1))
 
 
 def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
@@ -835,7 +859,7 @@ class SegmentGrid:
 
 def grid_cells(points: np.ndarray, columns: int) -> np.ndarray:
     """(column, row) of the cell holding each point.  (P, 2) int"""
-    return np.clip(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1)
+    return np.minimum(np.maximum(np.floor(points / GRID_CELL_PX).astype(np.int64), 0), columns - 1)
 
 
 def build_grid(mid: np.ndarray, size: int) -> SegmentGrid:
@@ -852,7 +876,7 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     col, row = grid_cells(points, grid.columns).T
     rows = row[:, None] + np.arange(-reach, reach + 1)  # (P, R): one run of cells per row
     in_canvas = (rows >= 0) & (rows < grid.columns)
-    rows = np.clip(rows, 0, grid.columns - 1) * grid.columns
+    rows = np.minimum(np.maximum(rows, 0), grid.columns - 1) * grid.columns
     run_start = rows_at(grid.first, rows + np.maximum(col - reach, 0)[:, None])
     run_stop = rows_at(grid.first, rows + np.minimum(col + reach, grid.columns - 1)[:, None] + 1)
     # Flat indices of the runs that hold segments (most are empty): cheaper than nonzero's two index arrays.
@@ -967,7 +991,7 @@ LOOSEN = {  # what to change when most redraws break a rule
 class Tangle:
     """Loops accepted so far, with their segments, a spatial index and their crossings."""
 
-    loops: tuple[np.ndarray, ...]  # each (points_per_loop, 2) px
+    loops: tuple[np.ndarray, ...]  # each (P, 2) px, P depending on the loop's length
     segs: Segments
     grid: SegmentGrid  # over segs
     crossings: Crossings
@@ -983,20 +1007,25 @@ class Tangle:
         return shape.crossing_cap - np.count_nonzero(~self.crossings.is_self)
 
 
-def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config,
-                 shape: LoopShape | None = None) -> tuple[Tangle | None, str | None]:
+def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopShape | None = None,
+                 crossing_pairs: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Tangle | None, str | None]:
     """Add a placed loop if it keeps every rule against itself and the loops so far.
 
     Only pairs involving the new loop are examined: the old loops were
     checked when they were added and nothing about them has changed. A
     budgeted shape also asks the loop to cross an earlier one, and to keep
-    the crossings between loops within its crossing_cap.
+    the crossings between loops within its crossing_cap. crossing_pairs,
+    from screen_placements, are (new segment, tangle row) pairs found at a
+    radius of at least this loop's and the tangle's longest segment, so they
+    hold every crossing with the tangle and need not be searched for again.
     """
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
 
     new = loop_segments(points, len(tangle.loops))
     longest = max(tangle.longest, longest_segment(new))
-    between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
+    if crossing_pairs is None:
+        crossing_pairs = grid_pairs(tangle.grid, new.mid, longest)
+    between = crossings_between(new, tangle.segs, *crossing_pairs)
     if shape is not None:
         # One piece: a loop floating apart is easy to count.
         if tangle.loops and len(between) == 0:
@@ -1047,6 +1076,15 @@ class PlacementFaults:
     shallow: np.ndarray  # (K,) bool: some crossing under min_crossing_angle
     crowded: np.ndarray  # (K,) bool: some crossing nearer another than min_crossing_separation
     lens: np.ndarray  # (K,) bool: two crossings with the same loop nearer than same_pair_separation_px
+    # Each crossing found: its copy, and its segment along the loop and row of the tangle.  (H,) each
+    hit_copy: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    hit_pairs: tuple[np.ndarray, np.ndarray] = dataclasses.field(
+        default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
+
+    def crossing_pairs(self, copy: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (segment, tangle row) pairs of one copy's crossings, for try_add_loop."""
+        mine = self.hit_copy == copy
+        return rows_where(self.hit_pairs[0], mine), rows_where(self.hit_pairs[1], mine)
 
     def allowed(self, room: float) -> np.ndarray:
         return (self.crossings >= 1) & (self.crossings <= room) & ~self.shallow & ~self.crowded & ~self.lens
@@ -1060,6 +1098,10 @@ class PlacementFaults:
                 return rule
             passed &= ~broke
         return "same_pair_separation"
+
+
+PER_COPY_FAULTS = tuple(field.name for field in dataclasses.fields(PlacementFaults)
+                        if field.default_factory is dataclasses.MISSING)  # the hit fields have defaults
 
 
 def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> PlacementFaults:
@@ -1094,12 +1136,16 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> Placemen
         return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
 
     return PlacementFaults(np.bincount(copy, minlength=len(tries)), per_copy(angle < cfg.min_crossing_angle),
-                           per_copy(crowded), per_copy(lens))
+                           per_copy(crowded), per_copy(lens), copy,
+                           (rows_where(mine, hit) % count, rows_where(theirs, hit)))
 
 
-def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator,
-                      shape: LoopShape) -> tuple[np.ndarray | None, str | None]:
+def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
+                      ) -> tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray] | None, str | None]:
     """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings with the tangle pass.
+
+    Returns the moved loop with the segment pairs of its crossings (for
+    try_add_loop), or None, None and the rule that every position broke.
 
     Most budgeted candidates fail on where they land (too many crossings, or
     one too shallow or too close to another), not on their shape, so a shape
@@ -1123,12 +1169,12 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
         faults = placement_faults(tangle, tries, cfg)
         allowed = faults.allowed(room)
         if allowed.any():
-            return tries[np.argmax(allowed)], None
+            chosen = int(np.argmax(allowed))
+            return tries[chosen], faults.crossing_pairs(chosen), None
         batches.append(faults)
         start, stop = stop, min(2 * stop, PLACEMENTS_PER_SHAPE)
-    every = PlacementFaults(*(np.concatenate([getattr(f, field.name) for f in batches])
-                              for field in dataclasses.fields(PlacementFaults)))
-    return None, every.reason(room)
+    every = PlacementFaults(*(np.concatenate([getattr(f, name) for f in batches]) for name in PER_COPY_FAULTS))
+    return None, None, every.reason(room)
 
 
 def draw_loop(cfg: Config, rng: np.random.Generator,
@@ -1138,7 +1184,8 @@ def draw_loop(cfg: Config, rng: np.random.Generator,
     shape is the budgeted target for this loop, None with --original-shapes.
     """
     if shape is None:
-        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop)
+        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop,
+                                                     cfg.points_per_loop)
     else:
         points, curvature_radius = balanced_loop(shape, cfg, rng)
     if curvature_radius.min() < cfg.min_curvature_radius:
@@ -1167,10 +1214,11 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
             shape = shapes[len(tangle.loops)]
             for _ in range(cfg.loop_attempts):
                 candidate, reason = draw_loop(cfg, rng, shape)
+                pairs = None
                 if candidate is not None and shape is not None and tangle.loops:
-                    candidate, reason = screen_placements(tangle, candidate, cfg, rng, shape)
+                    candidate, pairs, reason = screen_placements(tangle, candidate, cfg, rng, shape)
                 if candidate is not None:
-                    added, reason = try_add_loop(tangle, candidate, cfg, shape)
+                    added, reason = try_add_loop(tangle, candidate, cfg, shape, pairs)
                 if reason is None:
                     tangle = added
                     break

@@ -204,6 +204,28 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
     assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, allowed) if not ok)
 
 
+@pytest.mark.parametrize("index", range(3))
+def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
+    partial, shape = partial_tangle(index)
+    rng = np.random.default_rng(index)
+    loop = None
+    while loop is None:
+        loop, _ = creation.draw_loop(BALANCED, rng, shape)
+    tries = placements(loop, 60, index)
+    faults = creation.placement_faults(partial, tries, BALANCED)
+    accepted = 0
+    for k, loop_copy in enumerate(tries):
+        searched, reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape)
+        handed, handed_reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape, faults.crossing_pairs(k))
+        assert handed_reason == reason
+        if reason is None:
+            accepted += 1
+            for field in dataclasses.fields(creation.Crossings):
+                np.testing.assert_array_equal(getattr(handed.crossings, field.name),
+                                              getattr(searched.crossings, field.name))
+    assert 0 < np.count_nonzero(faults.crossings) and accepted > 0
+
+
 @pytest.mark.parametrize("index, cap", [(0, None), (1, None), (2, None), (0, 0.0)])  # a cap of 0: nowhere fits
 def test_the_screen_places_the_first_position_that_passes(index, cap):
     partial, shape = partial_tangle(index)
@@ -213,7 +235,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
     rng = np.random.default_rng(index)
     while loop is None:
         loop, _ = creation.draw_loop(BALANCED, rng, shape)
-    placed, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(7), shape)
+    placed, pairs, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(7), shape)
     offsets = np.vstack([np.zeros(2), np.random.default_rng(7).uniform(
         *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
     tries = loop[None] + offsets[:, None]
@@ -224,8 +246,15 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
     if allowed.any():
         assert reason is None
         np.testing.assert_array_equal(placed, tries[np.argmax(allowed)])
+        # The crossings it hands on are those a search at the chosen position finds.
+        searched, searched_reason = creation.try_add_loop(partial, placed, BALANCED, shape)
+        handed, handed_reason = creation.try_add_loop(partial, placed, BALANCED, shape, pairs)
+        assert handed_reason == searched_reason
+        if searched is not None:
+            assert len(handed.crossings) == len(searched.crossings)
+            np.testing.assert_array_equal(handed.crossings.point, searched.crossings.point)
     else:
-        assert placed is None and reason == faults.reason(room) == "crossing_budget"
+        assert placed is None and pairs is None and reason == faults.reason(room) == "crossing_budget"
 
 
 def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
@@ -235,7 +264,7 @@ def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
     loop = np.column_stack([low + (high - low) * (1 + np.cos(t)) / 2, 512 + 100 * np.sin(t)])
     loop[0, 0] = np.nextafter(high, np.inf)  # an ulp past the margin, as rounding in a shift can leave it
     assert creation.placement_range(loop, BALANCED) is None
-    placed, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(0), shape)
+    placed, _, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(0), shape)
     assert placed is None or np.array_equal(placed, loop)
 
 

@@ -119,14 +119,58 @@ def test_concentric_rings_inside_the_parallel_gap_fail(gap_px, broken):
     assert creation.tangle_violations(rings, CFG) == (["parallel"] if broken else [])
 
 
+@pytest.mark.parametrize("counts", [(900, 900), (900, 357), (357, 1301)])
 @pytest.mark.parametrize("gap_px, broken", [(11.0, True), (12.0, True), (14.0, False)])
-def test_a_near_tangent_approach_is_a_parallel_stretch(gap_px, broken):
+def test_a_near_tangent_approach_is_a_parallel_stretch(gap_px, broken, counts):
     # Two r = 200 rings nearly touching stay within 15 px for 2 sqrt((15 - gap) r) of arc: 57, 49, 28 px.
     # Such an approach reads as a fork where a person tracing one loop may switch to the other.
-    loops = [circle(312, 512, 200), circle(712 + gap_px, 512, 200)]
+    # The left ring's stretch wraps past its first point; the rings need not have as many points.
+    loops = [circle(312, 512, 200, counts[0]), circle(712 + gap_px, 512, 200, counts[1])]
     run = creation.longest_parallel_run_px(loops, CFG)
-    assert run == pytest.approx(2 * np.sqrt((15 - gap_px) * 200), abs=4)
+    # A run is whole segments, so either end may be out by about a segment of the coarser ring.
+    assert run == pytest.approx(2 * np.sqrt((15 - gap_px) * 200), abs=2.5 * 2 * np.pi * 200 / min(counts))
     assert creation.tangle_violations(loops, CFG) == (["parallel"] if broken else [])
+
+
+def brute_longest_runs(counts, lengths, marks):
+    """Per (loop, beside) key in sorted order, the longest circular run of marked segments, summed length."""
+    runs = {}
+    for loop, index, beside in marks:
+        runs.setdefault((loop, beside), set()).add(index)
+    out = []
+    for (loop, beside), marked in sorted(runs.items()):
+        n = counts[loop]
+        if len(marked) == n:
+            out.append(sum(lengths[loop]))
+            continue
+        best = 0.0
+        for begin in range(n):  # a run starts after an unmarked segment
+            if begin in marked or (begin + 1) % n not in marked:
+                continue
+            k, total = (begin + 1) % n, 0.0
+            while k in marked:
+                total, k = total + lengths[loop][k], (k + 1) % n
+            best = max(best, total)
+        out.append(best)
+    return np.array(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_longest_runs_match_a_brute_force_count_on_loops_of_different_lengths(data):
+    counts = data.draw(st.lists(st.integers(3, 12), min_size=1, max_size=4))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    segs = creation.concat_segments([creation.loop_segments(rng.uniform(0, 100, (n, 2)), k)
+                                     for k, n in enumerate(counts)])
+    lengths = [np.hypot(*(creation.next_points(p) - p).T)
+               for p in np.split(segs.start, np.cumsum(counts)[:-1])]
+    picks = data.draw(st.lists(st.tuples(st.integers(0, len(segs) - 1), st.integers(0, len(counts) - 1)),
+                               min_size=1, max_size=40))
+    rows = np.array([row for row, _ in picks])
+    beside = np.array([other for _, other in picks])
+    marks = [(int(segs.loop[row]), int(segs.index[row]), other) for row, other in picks]
+    np.testing.assert_allclose(creation.longest_runs_px(segs, rows, beside),
+                               brute_longest_runs(counts, lengths, marks))
 
 
 def test_strands_near_a_shallow_crossing_are_not_a_parallel_stretch():

@@ -203,7 +203,7 @@ def test_overlay_changes_only_pixels_on_loops_and_crossing_rings():
     original = np.asarray(image.convert("RGB")).astype(int)
     rows, cols = np.nonzero(np.any(overlay != original, axis=2))
     centres = np.column_stack([cols + 0.5, rows + 0.5])
-    # Distance to the curve, from points every 0.1 px along it (independent of the renderer).
+    # Distance to the curve, from 20 points per segment (0.2 px apart at most; independent of the renderer).
     steps = np.linspace(0, 1, 20, endpoint=False)[None, :, None]
     dense = np.concatenate([(p[:, None] + steps * (np.roll(p, -1, axis=0) - p)[:, None]).reshape(-1, 2)
                             for p in tangle.loops])
