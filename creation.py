@@ -156,8 +156,10 @@ class Config:
     max_waypoints: int = knob(10, "with --original-shapes: most spline waypoints per loop", "loops")
     angle_jitter: float = knob(0.42, "waypoint angle jitter, rad, capped to keep the waypoints in ring order", "loops")
     radius_jitter: float = knob(0.32, "with --original-shapes: waypoint radius jitter, fraction of the mean radius", "loops")
-    points_per_loop: int = knob(900, "dense samples along a loop's spline: every loop's with --original-shapes; by "
-                                "default the longest loop's a budget allows, the others' in proportion", "loops")
+    points_per_loop: int = knob(900, "points drawn per loop with --original-shapes; by default, points on a loop "
+                                "of the longest budgeted length (2,600 px on a 1024 px canvas), shorter loops "
+                                "getting fewer in proportion (at least 64); bends are checked at this many "
+                                "spline parameters on every loop", "loops")
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")

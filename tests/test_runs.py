@@ -126,8 +126,11 @@ def long_reference(tmp_path_factory):
 
 def start_and_wait(out, finished_samples):
     """Start a run and return it once its journal holds `finished_samples` records."""
+    # Ctrl-C at its default: a shell that starts this suite in the background hands it on ignored,
+    # and a run that inherits an ignored SIGINT rightly keeps going.
     process = subprocess.Popen([sys.executable, str(ROOT / "creation.py"), *LONG, "--out", str(out)],
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     journal = out / ".progress.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and process.poll() is None:
