@@ -368,9 +368,14 @@ class LoopShape:
     crossing_cap: float  # most crossings between different loops once this loop is placed
 
 
+def budget_scale(cfg: Config) -> float:
+    """How much larger than at the defaults the drawable side is: every length budget scales with it."""
+    return (cfg.size - 2 * cfg.interior_margin) / BALANCED_REFERENCE_SIDE_PX
+
+
 def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tuple[LoopShape, ...]:
     """Per-loop targets for one image, largest loop first; the budgets they share do not depend on N."""
-    scale = (cfg.size - 2 * cfg.interior_margin) / BALANCED_REFERENCE_SIDE_PX
+    scale = budget_scale(cfg)
     total = cfg.max_loops * scale * rng.uniform(*BALANCED_MEAN_PERIMETER_PX)
     # Extra curls in proportion to the ink: 14 curls on the ink of five loops bend too tightly to draw.
     extra_curls = BALANCED_EXTRA_CURLS * cfg.max_loops / BALANCED_CURL_LOOPS
@@ -483,8 +488,8 @@ def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tu
     rendering cost in proportion to the points. Bends are checked on
     points_per_loop parameter values whatever the count.
     """
-    scale = (cfg.size - 2 * cfg.interior_margin) / BALANCED_REFERENCE_SIDE_PX
-    num_points = max(64, math.ceil(cfg.points_per_loop * shape.perimeter / (scale * BALANCED_PERIMETER_PX[1])))
+    longest = budget_scale(cfg) * BALANCED_PERIMETER_PX[1]
+    num_points = max(64, math.ceil(cfg.points_per_loop * shape.perimeter / longest))
     points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), num_points, cfg.points_per_loop)
     factor = shape.perimeter / np.hypot(*(next_points(points) - points).T).sum()
     return factor * points, factor * curvature_radius
@@ -524,9 +529,9 @@ def rows_where(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return a.compress(mask, axis=0)
 
 
-def clip_unit(x: np.ndarray) -> np.ndarray:
-    """np.clip(x, 0, 1) without np.clip's per-call argument checks, which cost more than the work here."""
-    return np.minimum(np.maximum(x, 0.0), 1.0)
+def clamp(x: np.ndarray, low, high) -> np.ndarray:
+    """np.clip(x, low, high) without np.clip's per-call argument checks, which cost more than the work here."""
+    return np.minimum(np.maximum(x, low), high)
 
 
 def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -636,7 +641,7 @@ def point_segment_distance(x, a, b) -> np.ndarray:
     # Components spelled out: np.sum over a length-2 axis is several times slower.
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
     axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
-    t = clip_unit((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12))
+    t = clamp((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0, 1.0)
     return np.hypot(t * abx - axx, t * aby - axy)
 
 
@@ -861,7 +866,7 @@ class SegmentGrid:
 
 def grid_cells(points: np.ndarray, columns: int) -> np.ndarray:
     """(column, row) of the cell holding each point.  (P, 2) int"""
-    return np.minimum(np.maximum(np.floor(points / GRID_CELL_PX).astype(np.int64), 0), columns - 1)
+    return clamp(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1)
 
 
 def build_grid(mid: np.ndarray, size: int) -> SegmentGrid:
@@ -878,7 +883,7 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     col, row = grid_cells(points, grid.columns).T
     rows = row[:, None] + np.arange(-reach, reach + 1)  # (P, R): one run of cells per row
     in_canvas = (rows >= 0) & (rows < grid.columns)
-    rows = np.minimum(np.maximum(rows, 0), grid.columns - 1) * grid.columns
+    rows = clamp(rows, 0, grid.columns - 1) * grid.columns
     run_start = rows_at(grid.first, rows + np.maximum(col - reach, 0)[:, None])
     run_stop = rows_at(grid.first, rows + np.minimum(col + reach, grid.columns - 1)[:, None] + 1)
     # Flat indices of the runs that hold segments (most are empty): cheaper than nonzero's two index arrays.

@@ -166,6 +166,15 @@ def partial_tangle(index):
     return partial, shapes[-1]
 
 
+def drawn_loop(shape, seed):
+    """The first loop of the shape that draw_loop places, drawing from default_rng(seed)."""
+    rng = np.random.default_rng(seed)
+    while True:
+        loop, _ = creation.draw_loop(BALANCED, rng, shape)
+        if loop is not None:
+            return loop
+
+
 def placements(loop, count, seed):
     rng = np.random.default_rng(seed)
     return loop[None] + rng.uniform(*creation.placement_range(loop, BALANCED), (count, 2))[:, None]
@@ -191,10 +200,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
 @pytest.mark.parametrize("index", range(3))
 def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_accepts(index):
     partial, shape = partial_tangle(index)
-    rng = np.random.default_rng(index)
-    loop = None
-    while loop is None:
-        loop, _ = creation.draw_loop(BALANCED, rng, dataclasses.replace(shape, curls=max(shape.curls, 1)))
+    loop = drawn_loop(dataclasses.replace(shape, curls=max(shape.curls, 1)), index)
     assert creation.find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
@@ -207,10 +213,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
 @pytest.mark.parametrize("index", range(3))
 def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
     partial, shape = partial_tangle(index)
-    rng = np.random.default_rng(index)
-    loop = None
-    while loop is None:
-        loop, _ = creation.draw_loop(BALANCED, rng, shape)
+    loop = drawn_loop(shape, index)
     tries = placements(loop, 60, index)
     faults = creation.placement_faults(partial, tries, BALANCED)
     accepted = 0
@@ -231,10 +234,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
     partial, shape = partial_tangle(index)
     if cap is not None:
         shape = dataclasses.replace(shape, crossing_cap=cap)
-    loop = None
-    rng = np.random.default_rng(index)
-    while loop is None:
-        loop, _ = creation.draw_loop(BALANCED, rng, shape)
+    loop = drawn_loop(shape, index)
     placed, pairs, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(7), shape)
     offsets = np.vstack([np.zeros(2), np.random.default_rng(7).uniform(
         *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])

@@ -36,6 +36,10 @@ def output_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def committed_records() -> list[dict]:
+    return [json.loads(line) for line in (ROOT / "annotations.jsonl").read_text().splitlines()]
+
+
 def test_output_changes_come_with_a_new_generator_version():
     recorded = json.loads(FINGERPRINTS.read_text())
     current = output_fingerprint()
@@ -53,7 +57,7 @@ def test_the_readme_shows_the_committed_first_record():
     shown = readme.split("One record:\n\n```json\n", 1)[1].split("\n```", 1)[0]
     shown = json.loads(shown.replace('"How many distinct closed loops are tangled together in this image? ..."',
                                      json.dumps(creation.QUESTION)))
-    committed = [json.loads(line) for line in (ROOT / "annotations.jsonl").read_text().splitlines()]
+    committed = committed_records()
     assert shown == committed[0]
     hashes = {record["pixel_sha256"] for record in committed}
     assert set(re.findall(r'"pixel_sha256": "([0-9a-f]{64})"', readme)) <= hashes  # the sample prediction too
@@ -62,7 +66,7 @@ def test_the_readme_shows_the_committed_first_record():
 def test_the_committed_dataset_is_what_the_code_draws():
     """Every tenth committed record, drawn again: a regeneration forgotten after an output change fails here,
     before CI's byte comparison of the whole dataset."""
-    committed = [json.loads(line) for line in (ROOT / "annotations.jsonl").read_text().splitlines()]
+    committed = committed_records()
     cfg = creation.Config(n=len(committed), seed=committed[0]["seed"])
     for index in range(0, len(committed), 10):
         assert creation.make_sample(cfg, index)[1] == committed[index], f"record {index} differs"
