@@ -1083,15 +1083,6 @@ class PlacementFaults:
     shallow: np.ndarray  # (K,) bool: some crossing under min_crossing_angle
     crowded: np.ndarray  # (K,) bool: some crossing nearer another than min_crossing_separation
     lens: np.ndarray  # (K,) bool: two crossings with the same loop nearer than same_pair_separation_px
-    # Each crossing found: its copy, and its segment along the loop and row of the tangle.  (H,) each
-    hit_copy: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    hit_pairs: tuple[np.ndarray, np.ndarray] = dataclasses.field(
-        default_factory=lambda: (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)))
-
-    def crossing_pairs(self, copy: int) -> tuple[np.ndarray, np.ndarray]:
-        """The (segment, tangle row) pairs of one copy's crossings, for try_add_loop."""
-        mine = self.hit_copy == copy
-        return rows_where(self.hit_pairs[0], mine), rows_where(self.hit_pairs[1], mine)
 
     def allowed(self, room: float) -> np.ndarray:
         return (self.crossings >= 1) & (self.crossings <= room) & ~self.shallow & ~self.crowded & ~self.lens
@@ -1107,12 +1098,22 @@ class PlacementFaults:
         return "same_pair_separation"
 
 
-PER_COPY_FAULTS = tuple(field.name for field in dataclasses.fields(PlacementFaults)
-                        if field.default_factory is dataclasses.MISSING)  # the hit fields have defaults
+@dataclass(frozen=True)
+class CopyCrossings:
+    """Each crossing the screen found: its copy, and its segment along the loop and row of the tangle.  (H,) each"""
+
+    copy: np.ndarray
+    segment: np.ndarray
+    row: np.ndarray
+
+    def of(self, copy: int) -> tuple[np.ndarray, np.ndarray]:
+        """The (segment, tangle row) pairs of one copy's crossings, for try_add_loop."""
+        mine = self.copy == copy
+        return rows_where(self.segment, mine), rows_where(self.row, mine)
 
 
-def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> PlacementFaults:
-    """The crossings of each translated copy of a loop (tries, (K, P, 2)) with the tangle, and their faults.
+def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> tuple[PlacementFaults, CopyCrossings]:
+    """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings.
 
     The crossings are found as try_add_loop finds them. A crossing is
     crowded if it is too near an existing crossing or another of the same
@@ -1142,9 +1143,9 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> Placemen
     def per_copy(flags: np.ndarray) -> np.ndarray:
         return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
 
-    return PlacementFaults(np.bincount(copy, minlength=len(tries)), per_copy(angle < cfg.min_crossing_angle),
-                           per_copy(crowded), per_copy(lens), copy,
-                           (rows_where(mine, hit) % count, rows_where(theirs, hit)))
+    faults = PlacementFaults(np.bincount(copy, minlength=len(tries)), per_copy(angle < cfg.min_crossing_angle),
+                             per_copy(crowded), per_copy(lens))
+    return faults, CopyCrossings(copy, rows_where(mine, hit) % count, rows_where(theirs, hit))
 
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
@@ -1173,14 +1174,15 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     start, stop = 0, 1
     while start < PLACEMENTS_PER_SHAPE:
         tries = placed[None] + offsets[start:stop, None]
-        faults = placement_faults(tangle, tries, cfg)
+        faults, hits = placement_faults(tangle, tries, cfg)
         allowed = faults.allowed(room)
         if allowed.any():
             chosen = int(np.argmax(allowed))
-            return tries[chosen], faults.crossing_pairs(chosen), None
+            return tries[chosen], hits.of(chosen), None
         batches.append(faults)
         start, stop = stop, min(2 * stop, PLACEMENTS_PER_SHAPE)
-    every = PlacementFaults(*(np.concatenate([getattr(f, name) for f in batches]) for name in PER_COPY_FAULTS))
+    every = PlacementFaults(*(np.concatenate([getattr(f, field.name) for f in batches])
+                              for field in dataclasses.fields(PlacementFaults)))
     return None, None, every.reason(room)
 
 

@@ -191,7 +191,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
             break
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    allowed = creation.placement_faults(partial, tries, BALANCED).allowed(room)
+    allowed = creation.placement_faults(partial, tries, BALANCED)[0].allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert list(allowed) == [reason not in SCREENED_RULES for reason in reasons]
     assert 0 < allowed.sum() < len(tries)  # both outcomes were tried
@@ -204,7 +204,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
     assert creation.find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    allowed = creation.placement_faults(partial, tries, BALANCED).allowed(room)
+    allowed = creation.placement_faults(partial, tries, BALANCED)[0].allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert 0 < allowed.sum() < len(tries)
     assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, allowed) if not ok)
@@ -215,11 +215,11 @@ def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
     partial, shape = partial_tangle(index)
     loop = drawn_loop(shape, index)
     tries = placements(loop, 60, index)
-    faults = creation.placement_faults(partial, tries, BALANCED)
+    faults, hits = creation.placement_faults(partial, tries, BALANCED)
     accepted = 0
     for k, loop_copy in enumerate(tries):
         searched, reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape)
-        handed, handed_reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape, faults.crossing_pairs(k))
+        handed, handed_reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape, hits.of(k))
         assert handed_reason == reason
         if reason is None:
             accepted += 1
@@ -240,7 +240,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
         *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
     tries = loop[None] + offsets[:, None]
     room = partial.crossing_room(shape)
-    faults = creation.placement_faults(partial, tries, BALANCED)
+    faults, _ = creation.placement_faults(partial, tries, BALANCED)
     allowed = faults.allowed(room)
     assert allowed.any() == (cap is None)
     if allowed.any():
