@@ -71,6 +71,11 @@ endpoint attack is scored raw (rounded endpoint_pairs, no fitting). Each row
 reports the median over splits of exact and within-one accuracy on the test
 halves. Chance is 1/#classes exact, and for within-one the probability that a
 uniform guess lands within one of a label drawn from the label distribution.
+The "majority class" row always answers the training half's most frequent
+count. With balanced answers (the generator's default) that count is, by
+construction of the split, the test half's least frequent one, so this row
+scores below chance; it is there to show that a model has to beat the
+counts' own frequencies, not to be beaten.
 
 Generic features (compute_generic_features), for a learned attack that needs
 no idea of a loop; named groups of numbers from the grey image and ink mask:
