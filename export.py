@@ -597,27 +597,42 @@ def remove_dead_staging(out: Path) -> None:
         return
     for kind, is_kind in STAGING_KINDS.items():
         for lock in out.parent.glob(f".{glob.escape(out.name)}.{kind}-*{LOCK_SUFFIX}"):
-            try:  # non-blocking: a FIFO put there must not hang the export
-                fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:  # gone meanwhile, or a symlink
-                continue
-            try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    continue
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:  # held: that export is running
-                    continue
-                staged = lock.with_name(lock.name[:-len(LOCK_SUFFIX)])
-                try:
-                    if not is_kind(os.lstat(staged).st_mode):
-                        continue
-                    shutil.rmtree(staged) if kind == "export" else staged.unlink()
-                except FileNotFoundError:  # killed before its staging was made, or after it was renamed
-                    pass
-                lock.unlink(missing_ok=True)
-            finally:
-                os.close(fd)
+            with abandoned(lock) as dead:
+                if dead and remove_staging(lock.with_name(lock.name[:-len(LOCK_SUFFIX)]), kind, is_kind):
+                    lock.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def abandoned(lock: Path) -> Iterator[bool]:
+    """Whether lock is a regular file that no running export holds; if so it stays locked for the block."""
+    try:  # non-blocking: a FIFO put there must not hang the export
+        fd = os.open(lock, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # gone meanwhile, or a symlink
+        yield False
+        return
+    try:
+        yield stat.S_ISREG(os.fstat(fd).st_mode) and not_held(fd)
+    finally:
+        os.close(fd)
+
+
+def not_held(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: that export is running
+        return False
+    return True
+
+
+def remove_staging(staged: Path, kind: str, is_kind) -> bool:
+    """Remove a dead export's staging; False (keep its lock) if what stands there is not of the staging's type."""
+    try:
+        if not is_kind(os.lstat(staged).st_mode):
+            return False
+        shutil.rmtree(staged) if kind == "export" else staged.unlink()
+    except FileNotFoundError:  # killed before its staging was made, or after it was renamed
+        pass
+    return True
 
 
 def current_umask() -> int:
