@@ -78,6 +78,7 @@ MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per in
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
+MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
 GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
@@ -164,9 +165,9 @@ class Config:
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
     min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px; at "
-                          "least the stroke width plus 3", "traceability rules")
+                          "least the stroke width plus 3, at most --size / 8", "traceability rules")
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
-                               "side, px", "traceability rules")
+                               "side, px; at most --size / 8", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
                                    "away from their crossings, px", "traceability rules")
     min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
@@ -206,8 +207,10 @@ class Config:
             raise ValueError(f"--seed must be non-negative, got {self.seed}")
         if self.min_waypoints < 4:
             raise ValueError(f"--min-waypoints must be at least 4 for a cubic loop, got {self.min_waypoints}")
-        for low, high in (("min_loops", "max_loops"), ("min_radius", "max_radius"),
-                          ("min_waypoints", "max_waypoints")):
+        ordered = [("min_loops", "max_loops")]
+        if self.original_shapes:  # budgeted loops use neither max_radius nor max_waypoints
+            ordered += [("min_radius", "max_radius"), ("min_waypoints", "max_waypoints")]
+        for low, high in ordered:
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"{flag(low)} {getattr(self, low)} exceeds "
                                  f"{flag(high)} {getattr(self, high)}")
@@ -219,6 +222,12 @@ class Config:
         for name in ("min_radius", "stroke_width"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be positive, got {getattr(self, name)}")
+        # Every strand is searched for neighbours out to these distances, so they also bound the work.
+        for name in ("min_gap", "parallel_gap"):
+            if getattr(self, name) > self.size / MAX_GAP_FRACTION:
+                raise ValueError(f"{flag(name)} must be at most --size / {MAX_GAP_FRACTION} "
+                                 f"({self.size / MAX_GAP_FRACTION:g} px): strands kept that far apart leave no "
+                                 f"room for a tangle; got {getattr(self, name):g}")
         # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
         ink_reach = self.stroke_width / 2 + 0.5
         clear_paper = self.min_gap - 2 * ink_reach

@@ -150,6 +150,11 @@ def test_the_loop_radius_flags_it_ignores_are_not_checked():
     assert Config(size=768).size == 768
 
 
+def test_more_waypoints_than_the_original_shapes_most_are_allowed_by_default():
+    """--max-waypoints belongs to --original-shapes, so it cannot cap --min-waypoints in the default mode."""
+    assert Config(min_waypoints=11).min_waypoints == 11
+
+
 SCREENED_RULES = ("disconnected", "crossing_budget", "crossing_angle", "crossing_separation", "same_pair_separation")
 
 
