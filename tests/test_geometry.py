@@ -291,7 +291,7 @@ def test_sample_streams_do_not_alias_across_seed_and_index():
 
 @pytest.mark.parametrize("impossible, rule, knob", [
     ({"min_crossing_angle": 89}, "crossing_angle", "--min-crossing-angle"),
-    ({"min_gap": 200}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
+    ({"min_gap": 120}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
     ({"max_waypoints": 1000, "original_shapes": True}, "curvature", "--max-waypoints"),  # passes the config checks, never draws a loop
 ])
 def test_impossible_sample_names_index_seed_the_rule_it_breaks_and_its_knob(impossible, rule, knob):
