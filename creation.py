@@ -2312,6 +2312,10 @@ def refuse_non_files_at_targets(out_dir: Path, shard: Shard) -> None:
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise BadOutput(f"{path} is {kind_of(path)}, not a file, and the run ends by writing one there: "
                             "move it away")
+    images = out_dir / IMAGES_DIR
+    if os.path.lexists(images) and not images.is_dir():
+        raise BadOutput(f"{images} is {kind_of(images) if images.is_symlink() else 'a file'}, not a folder, "
+                        "and the images go in a folder of that name: move it away")
 
 
 def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
@@ -2358,6 +2362,20 @@ def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecord
     return drawn, first_record
 
 
+def forget_empty_attempt(out_dir: Path, shard: Shard, made_images: bool) -> None:
+    """After settings that cannot draw a sample, remove a journal that holds no record, and the images
+    folder this run made if it is still empty: else the rerun the error suggests, with other settings,
+    would be refused as a different dataset although the folder holds nothing of it."""
+    path = journal_path(out_dir, shard)
+    with open_regular(path, mode="r", encoding="utf-8") as lines:
+        records = sum(1 for line in lines if line.strip()) - 1  # the first line is the config
+    if records == 0:
+        remove_entry(out_dir, path)
+        if made_images:
+            with contextlib.suppress(OSError):  # not empty: another shard has written there meanwhile
+                (out_dir / IMAGES_DIR).rmdir()
+
+
 def owns_sample_file(cfg: Config, shard: Shard, name: str) -> bool:
     """Whether name is the image or scene file of one of the shard's samples."""
     scene = SCENE_NAME_RE.match(name)
@@ -2377,11 +2395,13 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     Returns how many images were drawn; the others were kept.
     """
     check_output_folder(out_dir)
-    (out_dir / IMAGES_DIR).mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_run(out_dir, shard, cfg):
         refuse_non_files_at_targets(out_dir, shard)
         survey = survey_folder(cfg, out_dir, shard)
         refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
+        made_images = not os.path.lexists(out_dir / IMAGES_DIR)
+        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)  # only now: a refused run leaves no empty folder behind
         if survey.damaged_journal:
             remove_damaged_journal(out_dir, shard)
         # A shard's run touches no dataset file: a merge or a whole run may be writing those now.
@@ -2392,7 +2412,11 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         known = KnownRecords(cfg.n)
         for path in survey.mine:
             known.add(path)
-        drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
+        try:
+            drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
+        except PlacementError:
+            forget_empty_attempt(out_dir, shard, made_images)
+            raise
 
         def records() -> Iterator[dict]:
             return read_jsonl(journal_path(out_dir, shard), first_record)

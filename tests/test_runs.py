@@ -585,6 +585,47 @@ def test_a_folder_where_the_run_writes_a_file_is_refused_before_drawing(name, sh
     assert drawn == []
 
 
+def test_settings_that_draw_nothing_leave_nothing_that_refuses_the_suggested_fix(tmp_path, monkeypatch):
+    def impossible(cfg, index):
+        raise creation.PlacementError(f"sample {index} (seed {cfg.seed}): ...: lower --min-curl-px")
+
+    monkeypatch.setattr(creation, "make_sample", impossible)
+    with pytest.raises(creation.PlacementError):
+        creation.generate_dataset(creation.Config(n=4, seed=3, min_curl_px=90), tmp_path, workers=1, quiet=True)
+    assert sorted(os.listdir(tmp_path)) == []  # no journal, no empty images folder
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    assert creation.generate_dataset(creation.Config(n=4, seed=3, min_curl_px=20), tmp_path, workers=1, quiet=True) == 4
+
+
+def test_a_failure_after_some_images_keeps_them_for_the_same_settings(tmp_path, monkeypatch):
+    def fails_at_two(cfg, index):
+        if index == 2:
+            raise creation.PlacementError("sample 2: ...")
+        return cheap_sample(cfg, index)
+
+    monkeypatch.setattr(creation, "make_sample", fails_at_two)
+    cfg = creation.Config(n=4, seed=3)
+    with pytest.raises(creation.PlacementError):
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert (tmp_path / ".progress.jsonl").exists() and len(os.listdir(tmp_path / "images")) == 2
+    drawn = count_draws(monkeypatch)
+    creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
+    assert drawn == [2, 3]
+
+
+def test_a_file_named_images_is_refused_in_one_line_and_a_refused_run_makes_no_images_folder(tmp_path, monkeypatch):
+    drawn = count_draws(monkeypatch)
+    (tmp_path / "images").write_text("notes")
+    with pytest.raises(creation.BadOutput, match="images is a file, not a folder"):
+        creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path, workers=1, quiet=True)
+    other = tmp_path / "other"
+    creation.generate_dataset(creation.Config(n=4, seed=3), other, workers=1, quiet=True, shard=creation.Shard(0, 2))
+    (other / "images").rename(tmp_path / "kept")
+    with pytest.raises(creation.DatasetError, match="different dataset"):
+        creation.generate_dataset(creation.Config(n=4, seed=4), other, workers=1, quiet=True, shard=creation.Shard(0, 2))
+    assert not (other / "images").exists() and drawn == [0, 2]
+
+
 def test_a_whole_run_or_an_overwrite_leaves_no_empty_shards_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
     cfg = creation.Config(n=6, seed=3)
