@@ -135,9 +135,10 @@ def open_regular_file(path: Path) -> Iterator[BinaryIO]:
         raise ExportError(f"{path} is missing") from None
     except OSError as error:
         raise ExportError(f"{path}: {error.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a folder naming only the fd
+        os.close(fd)
+        raise ExportError(f"{path} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise ExportError(f"{path} is not a regular file")
         yield f
 
 

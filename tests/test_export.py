@@ -387,6 +387,22 @@ if hasattr(os, "mkfifo"):
     DAMAGES += [fifo_at_an_image, fifo_at_annotations]
 
 
+def folder_at_an_image(d: Path) -> str:
+    path = d / "images" / "tangled_loops_00002.png"
+    path.unlink()
+    path.mkdir()
+    return "tangled_loops_00002.png is not a regular file"
+
+
+def folder_at_data_json(d: Path) -> str:
+    (d / "data.json").unlink()
+    (d / "data.json").mkdir()
+    return "data.json is not a regular file"
+
+
+DAMAGES += [folder_at_an_image, folder_at_data_json]  # a folder opens read-only, unlike a FIFO it needs no flag
+
+
 @pytest.fixture
 def alarm():
     """Fail instead of hanging if reading a FIFO ever blocks."""
