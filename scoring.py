@@ -22,6 +22,7 @@ import math
 import os
 import posixpath
 import re
+import stat
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -563,8 +564,17 @@ def _read_text(path: Path, where) -> str:
         raise EvaluationError(f"{where(line)}: not UTF-8 text (byte {raw[error.start]:#04x})") from None
 
 
+def _lines(text: str) -> list[str]:
+    """The file's lines. JSON Lines end at "\n" only (a "\r" before it is part of the ending): str.splitlines()
+    also splits at U+2028, U+2029 and U+0085, which json.dumps(ensure_ascii=False) leaves raw inside a string."""
+    lines = text.split("\n")
+    if lines[-1] == "":  # the final newline ends the last line; it starts none
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def _numbered_lines(text: str) -> Iterator[tuple[int, str]]:
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(_lines(text), 1):
         if line.strip():
             yield number, line
 
@@ -605,20 +615,42 @@ def load_records(dataset_dir) -> list[dict]:
                                       f"(first on line {first_line[key]})")
             first_line[key] = number
         records.append(record)
+    _check_complete(dataset_dir, path, len(records))
     return records
+
+
+def _check_complete(dataset_dir, annotations: Path, count: int) -> None:
+    """Stop at an annotations.jsonl holding another number of records than the dataset states: a copy cut
+    short would otherwise be graded as if it were the whole dataset."""
+    head, document = _dataset_head(dataset_dir)
+    stated = _stated_count(document)
+    if stated is not None and stated != count:
+        raise EvaluationError(f"{annotations} holds {count} records but {head} says the dataset has {stated}: "
+                              "the dataset is incomplete or damaged; regenerate it (a rerun repairs it)")
+
+
+def _dataset_head(dataset_dir) -> tuple["Path | None", dict]:
+    """The dataset's data.json as a dict, and its path; ({} if it does not read, None if no file reads)."""
+    # An export (export.py) carries no data.json; its marker file names the generator and config instead.
+    for name in (DATA_FILE, EXPORT_MARKER_FILE):
+        path = Path(dataset_dir) / name
+        try:
+            document = json.loads(path.read_text(encoding="utf-8-sig"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        return path, document if isinstance(document, dict) else {}
+    return None, {}
+
+
+def _stated_count(document: dict) -> "int | None":
+    """How many records the head says the dataset has: num_samples, else config n (hand-made heads); None if neither."""
+    config = document.get("config") if isinstance(document.get("config"), dict) else {}
+    return next((value for value in (document.get("num_samples"), config.get("n")) if _is_int(value)), None)
 
 
 def load_dataset_info(dataset_dir) -> dict:
     """Who made the dataset, from its data.json: folder, seed, n, generator version and mode ("unknown" if not said)."""
-    document = None
-    # An export (export.py) carries no data.json; its marker file names the generator and config instead.
-    for name in (DATA_FILE, EXPORT_MARKER_FILE):
-        try:
-            document = json.loads((Path(dataset_dir) / name).read_text(encoding="utf-8-sig"))
-            break
-        except (OSError, ValueError, RecursionError):
-            continue
-    document = document if isinstance(document, dict) else {}
+    document = _dataset_head(dataset_dir)[1]
     config = document.get("config") if isinstance(document.get("config"), dict) else {}
     if "original_shapes" in config:  # generator 2.0 on
         mode = "original shapes" if config["original_shapes"] else "budgeted"
@@ -668,36 +700,91 @@ def _harness_prediction(sample: dict, where: str) -> dict:
 
 def _table_predictions(path: Path, text: str, delimiter: str) -> Iterator[tuple[str, dict]]:
     """Predictions from a VLMEvalKit result table exported as CSV or TSV (columns index or image, prediction)."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    # strict: a quote that never closes is an error, not a reply running on to the end of the file.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     # A long chain-of-thought reply may exceed the csv module's default limit of 128 KB per cell.
     limit = csv.field_size_limit(max(csv.field_size_limit(), len(text)))
     try:
-        header = [name.strip() for name in next(reader, [])]
+        try:
+            header = [name.strip() for name in next(reader, [])]
+        except csv.Error as error:
+            raise EvaluationError(f"{path} line 1: not a {delimiter!r}-separated table ({error})") from None
         if "prediction" not in header or not {"index", "image"} & set(header):
             raise EvaluationError(f"{path} line 1: a prediction table needs a 'prediction' column and an "
                                   f"'index' or 'image' column, got {_shown(header)}")
-        for row in reader:
-            where = f"{path} line {reader.line_num}"
-            if not any(cell.strip() for cell in row):
-                continue
-            if len(row) != len(header):
-                raise EvaluationError(f"{where}: {len(row)} cells, the header has {len(header)}")
-            cells = dict(zip(header, row))
-            prediction = {"response": cells["prediction"]}
-            if cells.get("index", "").strip():
-                index = cells["index"].strip()
-                # A short run of digits only: int() of a million digits fails, and one would be no index anyway.
-                prediction["index"] = int(index) if re.fullmatch(r"[0-9]{1,18}", index) else index
-            if cells.get("image", "").strip():
-                prediction["image"] = cells["image"].strip()
-            for field in IDENTITY_FIELDS:
-                if cells.get(field, "").strip():
-                    prediction[field] = cells[field].strip()
-            yield where, prediction
-    except csv.Error as error:
-        raise EvaluationError(f"{path} line {reader.line_num}: not a {delimiter!r}-separated table ({error})") from None
+        rows = list(_table_rows(path, reader, delimiter, len(header)))
+        _check_no_run_on(path, header, rows, delimiter)
     finally:
         csv.field_size_limit(limit)
+    for _, last, row in rows:
+        cells = dict(zip(header, row))
+        prediction = {"response": cells["prediction"]}
+        if cells.get("index", "").strip():
+            index = cells["index"].strip()
+            # A short run of digits only: int() of a million digits fails, and one would be no index anyway.
+            prediction["index"] = int(index) if re.fullmatch(r"[0-9]{1,18}", index) else index
+        if cells.get("image", "").strip():
+            prediction["image"] = cells["image"].strip()
+        for field in IDENTITY_FIELDS:
+            if cells.get(field, "").strip():
+                prediction[field] = cells[field].strip()
+        yield f"{path} line {last}", prediction
+
+
+def _table_rows(path: Path, reader, delimiter: str, width: int) -> Iterator[tuple[int, int, list]]:
+    """(first line, last line, cells) of each non-blank row after the header."""
+    first = reader.line_num + 1
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as error:
+            if reader.line_num == first:
+                raise EvaluationError(f"{path} line {first}: not a {delimiter!r}-separated table ({error})") from None
+            # Only a quoted cell spans lines, so the row it opens in is where to look.
+            raise EvaluationError(f"{path} line {first}: a quoted cell that opens in this row runs on to line "
+                                  f"{reader.line_num} ({error}): an unclosed quote?") from None
+        if row is None:
+            return
+        if any(cell.strip() for cell in row):
+            if len(row) != width:
+                raise EvaluationError(f"{path} line {reader.line_num}: {len(row)} cells, the header has {width}")
+            yield first, reader.line_num, row
+        first = reader.line_num + 1
+
+
+# What an index or an image cell looks like: a reply's line such as "Hmm, maybe" must not read as a row.
+_TABLE_KEYS = {"index": re.compile(r"[0-9]{1,18}"), "image": re.compile(r"\S+\.(?:png|jpe?g|webp)", re.IGNORECASE)}
+
+
+def _check_no_run_on(path: Path, header: list, rows: list, delimiter: str) -> None:
+    """Stop at a quoted cell holding a line that reads as a whole row for an item no row of the file names:
+    an unclosed quote swallowed the rows after it, and a stray quote further on closed it without a csv error."""
+    keys = [(column, header.index(column)) for column in _TABLE_KEYS if column in header]
+    given = {(column, row[k].strip()) for _, _, row in rows for column, k in keys}
+    for first, _, row in rows:
+        line = first
+        for name, cell in zip(header, row):
+            for inner in cell.split("\n")[1:]:
+                line += 1
+                named = _row_keys(inner.removesuffix("\r"), delimiter, len(header), keys)
+                if named and not given & set(named):
+                    column, value = named[0]
+                    raise EvaluationError(f"{path} line {first}: the quoted {name!r} cell runs on over line {line}, "
+                                          f"which reads as the row of {column} {value}: an unclosed quote?")
+
+
+def _row_keys(line: str, delimiter: str, width: int, keys: list) -> list:
+    """[(column, value)] of the index and image a line names if it parses as a row of the table, else []."""
+    if delimiter not in line:  # most lines of a long reply: no csv parse for them
+        return []
+    try:
+        cells = next(csv.reader([line], delimiter=delimiter), [])
+    except csv.Error:
+        return []
+    if len(cells) != width:
+        return []
+    named = [(column, cells[k].strip()) for column, k in keys]
+    return named if all(_TABLE_KEYS[column].fullmatch(value) for column, value in named) else []
 
 
 def read_predictions(path) -> Iterator[tuple[str, dict]]:
@@ -718,15 +805,8 @@ def read_predictions(path) -> Iterator[tuple[str, dict]]:
         return
     if suffix in (".xlsx", ".xls"):
         raise EvaluationError(f"{path}: a spreadsheet; export it as CSV or TSV")
-    head = first.strip()
-    if head in ("[", "{") or (head.startswith("[") and not _parses(head)):  # one JSON document, not a line each
-        try:
-            document = json.loads(text)
-        except (ValueError, RecursionError) as error:
-            # json counts a line past a final newline; the file's last line is the last one there is.
-            line = min(error.lineno, len(text.splitlines())) if isinstance(error, json.JSONDecodeError) else None
-            place = f"{path} line {line}" if line else f"{path}"
-            raise EvaluationError(f"{place}: malformed JSON ({_json_failure(error)})") from None
+    document = _one_document(path, text, first.strip())
+    if document is not _LINES:
         samples = document.get("logs") if isinstance(document, dict) else document
         if not isinstance(samples, list):
             raise EvaluationError(f"{path}: expected a list of lmms-eval samples (or an object with 'logs')")
@@ -739,6 +819,36 @@ def read_predictions(path) -> Iterator[tuple[str, dict]]:
         if "response" not in item and "doc_id" in item and ("filtered_resps" in item or "resps" in item):
             item = _harness_prediction(item, where)
         yield where, item
+
+
+_LINES = object()  # _one_document's answer for a file of one JSON value per line
+
+
+def _one_document(path: Path, text: str, head: str):
+    """The file's JSON value if the file is one JSON document (a list of lmms-eval samples, or an object whose
+    "logs" holds them), indented or not; _LINES for JSONL. head is the first non-blank line, stripped."""
+    try:
+        value = _parse_json(text)  # cheap on JSONL: json stops at the second line's "Extra data"
+    except ValueError:
+        # A document spread over lines (indented) whose first line is no JSON alone: report where it breaks.
+        if head in ("[", "{") or (head.startswith("[") and not _parses(head)):
+            _raise_malformed_document(path, text)
+        return _LINES
+    # Also one line (json.dump without indent); a lone prediction object there is a line of JSONL.
+    if head == "{" or isinstance(value, list) or (isinstance(value, dict) and "logs" in value):
+        return value
+    return _LINES
+
+
+def _raise_malformed_document(path: Path, text: str) -> None:
+    """Raise the EvaluationError for a JSON document that does not parse, naming the line where it breaks."""
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError) as error:
+        # json counts a line past a final newline; the file's last line is the last one there is.
+        line = min(error.lineno, len(_lines(text))) if isinstance(error, json.JSONDecodeError) else None
+        place = f"{path} line {line}" if line else f"{path}"
+        raise EvaluationError(f"{place}: malformed JSON ({_json_failure(error)})") from None
 
 
 def _parses(text: str) -> bool:
@@ -1098,6 +1208,8 @@ def _write_atomic(path: Path, data: bytes) -> None:
     try:
         temporary.write_bytes(data)
         os.replace(temporary, path)
+    except OSError as error:  # name the file asked for: the temporary's name means nothing to the user
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         if temporary.exists():
             temporary.unlink()
@@ -1188,10 +1300,34 @@ def _png_bytes(image) -> bytes:
     return buffer.getvalue()
 
 
+REPORT_FILES = ("report.txt", "per_item.jsonl", "accuracy_by_count.png", "confusion.png")
+
+
+def check_report_dir(report_dir, predictions_path=None) -> None:
+    """Refuse, before any report file is written, one that would replace the predictions being graded or
+    stand where a folder is (os.replace cannot put a file there, and the files before it would be written)."""
+    try:
+        graded = os.stat(predictions_path) if predictions_path is not None else None
+    except OSError:  # no predictions file: grading says so
+        graded = None
+    for name in REPORT_FILES:
+        target = Path(report_dir) / name
+        try:
+            found = os.lstat(target)  # the entry os.replace replaces: a symlink itself, not what it points to
+        except OSError:
+            continue
+        if stat.S_ISDIR(found.st_mode):
+            raise EvaluationError(f"{target}: a folder stands where --report-dir writes its {name}; move it away")
+        if graded is not None and os.path.samestat(found, graded):
+            raise EvaluationError(f"{target} is the predictions file being graded: the report would replace it; "
+                                  "choose another --report-dir")
+
+
 def write_report_dir(report_dir, report: dict, rows: list[dict], text: str) -> None:
     """report.txt, per_item.jsonl, accuracy_by_count.png and confusion.png in report_dir, each written
     atomically; other files there are left alone."""
     report_dir = Path(report_dir)
+    check_report_dir(report_dir)
     plots = {"accuracy_by_count.png": plot_accuracy_by_count(report["per_n"], report["chance"]),
              "confusion.png": plot_confusion(report["confusion"])}  # drawn first: no Pillow, no files
     report_dir.mkdir(parents=True, exist_ok=True)
@@ -1267,6 +1403,7 @@ def main(argv: list[str] | None = None, prog: str = "scoring.py") -> int:
     try:
         if args.report_dir:
             _pillow()
+            check_report_dir(args.report_dir, args.evaluate)
         report, rows = grade(load_records(dataset_dir), args.evaluate, dataset_dir)
         text = format_report(report)
         if args.report_dir:

@@ -582,7 +582,8 @@ def test_byte_order_mark_is_accepted(tmp_path):
     [
         (["", "", '{"index": 0, "response": "5"'], r"line 3: malformed JSON"),
         ([prediction("5", index=0), "not json"], r"line 2: malformed JSON"),
-        (['[0, "5"]'], r"line 1: expected a JSON object"),
+        (['[0, "5"]', prediction("5", index=0)], r"line 1: expected a JSON object, got list"),
+        (['[0, "5"]'], r"sample 1: expected a JSON object, got int"),  # one line, one document: a list of samples
         (['{"index": 0}'], r"line 1: missing 'response'"),
         (['{"index": 0, "answer": "5"}'], r"line 1: missing 'response'"),
         (['{"index": 0, "response": ["5"]}'], r"line 1: 'response' must be a string"),
@@ -833,16 +834,17 @@ def harness_sample(i, reply, with_doc):
     return sample
 
 
-@pytest.mark.parametrize("layout", ["jsonl", "json list", "json logs"])
+@pytest.mark.parametrize("layout", ["jsonl", "json list", "json logs", "json list, one line", "json logs, one line"])
 def test_lmms_eval_log_samples_are_graded(tiny, tmp_path, layout):
     dataset, _ = tiny
     samples = [harness_sample(i, reply, with_doc=layout != "jsonl") for i, reply in enumerate(TINY_REPLIES)]
     if layout == "jsonl":
         path = write_predictions(tmp_path / "2025_samples_tangled_loops.jsonl", samples)
     else:
-        document = samples if layout == "json list" else {"args": {}, "logs": samples}
+        document = samples if layout.startswith("json list") else {"args": {}, "logs": samples}
         path = tmp_path / "samples_tangled_loops.json"
-        path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+        # json.dump without indent writes the whole document on one line, like a JSONL file of one line.
+        path.write_text(json.dumps(document, indent=None if "one line" in layout else 2), encoding="utf-8")
     report = evaluate_predictions(TINY, path, dataset)
     assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "none": 1}, 5: {"missing": 1}}
 
@@ -1061,3 +1063,102 @@ def test_the_confusion_matrix_has_a_column_for_every_true_answer():
     """With no reply of 5 the diagonal cell for truth 5 must still be there, at zero."""
     confusion = scoring.confusion_matrix([(5, 6), (6, 6), (7, None)])
     assert scoring.confusion_columns(confusion) == [5, 6, 7, "none"]
+
+
+# --- review fixes: a cut-short dataset, Unicode line separators, one-line documents, report targets, CSV quotes
+
+@pytest.mark.parametrize("layout", ["config n", "num_samples", "export marker", "extra record"])
+def test_an_annotations_file_with_another_count_than_the_dataset_states_stops(tmp_path, layout):
+    """A copy cut short would otherwise grade its first records alone, n 5 in the header and accuracy over 3."""
+    dataset = write_dataset(tmp_path / "data", TINY[:4] if layout == "extra record" else TINY[:3])
+    head = dataset / "data.json"
+    if layout == "extra record":
+        head.write_text(json.dumps({"config": {"n": 3}}), encoding="utf-8")
+    else:
+        config = {"n": 5} if layout == "config n" else {}
+        head.write_text(json.dumps({"config": config, "num_samples": 5}), encoding="utf-8")
+    if layout == "export marker":  # an export has no data.json; its marker file states the count
+        head = head.rename(dataset / "tangled_loops_export.json")
+    stated, held = (3, 4) if layout == "extra record" else (5, 3)
+    predictions = write_predictions(tmp_path / "p.jsonl", [{"index": i, "response": "3"} for i in range(3)])
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset)
+    assert_one_line_error(result, dataset / "annotations.jsonl",
+                          f"annotations.jsonl holds {held} records but {head} says the dataset has {stated}: "
+                          "the dataset is incomplete or damaged; regenerate it")
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\u0085"])
+def test_json_lines_end_at_newline_only(tmp_path, separator):
+    """str.splitlines() also splits at these; json.dumps(ensure_ascii=False) writes them raw inside a string."""
+    records = [{**TINY[0], "question": f"How many{separator}loops?"}, TINY[1]]
+    dataset = write_dataset(tmp_path / "data", records)
+    path = tmp_path / "p.jsonl"
+    path.write_bytes("".join(json.dumps({"index": i, "response": f"Hmm{separator}Answer: 3"}, ensure_ascii=False)
+                             + "\r\n" for i in range(2)).encode("utf-8"))
+    report = evaluate_predictions(scoring.load_records(dataset), path, dataset)
+    assert (report["n_items"], report["n_predicted"], report["n_correct"]) == (2, 2, 2)
+
+
+def test_a_cut_short_json_document_with_a_line_separator_names_its_last_line(tiny, tmp_path):
+    dataset, _ = tiny
+    path = tmp_path / "samples.json"
+    path.write_text('[\n{"doc_id": 0, "filtered_resps": ["Hmm\u2028 Answer: 3"]},\n', encoding="utf-8")
+    assert_one_line_error(evaluate_cli("--evaluate", path, "--dataset", dataset), f"{path} line 2: malformed JSON", "")
+
+
+def test_report_dir_refuses_to_replace_the_predictions_file(tiny, tmp_path):
+    dataset, predictions = tiny
+    report_dir = tmp_path / "reports"
+    report_dir.mkdir()
+    graded = report_dir / "per_item.jsonl"
+    graded.write_bytes(predictions.read_bytes())
+    (tmp_path / "link.jsonl").symlink_to(graded)
+    for named in (graded, report_dir / ".." / "reports" / "per_item.jsonl", tmp_path / "link.jsonl"):
+        result = evaluate_cli("--evaluate", named, "--dataset", dataset, "--report-dir", report_dir)
+        assert_one_line_error(result, report_dir / "per_item.jsonl", "is the predictions file being graded")
+        assert graded.read_bytes() == predictions.read_bytes()
+        assert sorted(p.name for p in report_dir.iterdir()) == ["per_item.jsonl"]
+
+
+def test_a_folder_at_a_report_file_path_stops_before_any_file_is_written(tiny, tmp_path):
+    dataset, predictions = tiny
+    report_dir = tmp_path / "reports"
+    (report_dir / "confusion.png").mkdir(parents=True)
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--report-dir", report_dir)
+    assert_one_line_error(result, report_dir / "confusion.png", "a folder stands where --report-dir writes")
+    assert sorted(p.name for p in report_dir.iterdir()) == ["confusion.png"]
+
+
+def test_a_failed_atomic_write_names_its_target_not_the_temporary(tmp_path):
+    target = tmp_path / "confusion.png"
+    target.mkdir()
+    with pytest.raises(OSError) as failure:
+        scoring._write_atomic(target, b"png")
+    assert failure.value.filename == str(target) and scoring._os_message(failure.value).startswith(f"{target}: ")
+    assert [p.name for p in tmp_path.iterdir()] == ["confusion.png"]
+
+
+@pytest.mark.parametrize("rows, message", [
+    # to the end of the file: csv's strict mode stops at the quote that never closes
+    (['3,"I count ""4 loops. Answer: 4', "4,Answer: 5"], "line 5: a quoted cell that opens in this row runs on to line 6"),
+    # into a later quoted cell, whose opening quote closes the runaway one
+    (['3,"I count ""4 loops. Answer: 4', '4,"Answer: 5"'], "line 5: a quoted cell that opens in this row runs on"),
+    # closed by a stray quote at a line's end, which csv reads as a whole table: the swallowed row gives it away
+    (['3,"I count ""4 loops. Answer: 4', "4,Answer: 5 loops\""],
+     "line 5: the quoted 'prediction' cell runs on over line 6, which reads as the row of index 4"),
+])
+def test_an_unbalanced_quote_in_a_table_stops_naming_its_row(tiny, tmp_path, rows, message):
+    dataset, _ = tiny
+    path = tmp_path / "p.csv"
+    path.write_text("index,prediction\n0,Answer: 3\n1,3\n2,4\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    assert_one_line_error(evaluate_cli("--evaluate", path, "--dataset", dataset), f"{path} {message}", "")
+
+
+def test_multi_line_quoted_replies_are_read(tiny, tmp_path):
+    """A quoted reply over several lines is plain CSV, also when a line of it starts like a row of the file."""
+    dataset, _ = tiny
+    path = tmp_path / "p.csv"
+    path.write_text('index,prediction\n0,"Loops:\n1, the big one\n2, the small one\nAnswer: 3"\n1,"Hmm,\n""4"""\n'
+                    "2,four\n", encoding="utf-8")
+    report = evaluate_predictions(TINY, path, dataset)
+    assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "missing": 1}, 5: {"missing": 1}}
