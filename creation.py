@@ -1674,8 +1674,9 @@ def header_fields(header) -> dict[str, str] | None:
     return {"generator_version": json.dumps(header.get("generator_version")), **config}
 
 
-def data_json_fields(path: Path) -> dict[str, str]:
-    """The generator version and config data.json's head declares, as field -> JSON text.
+def data_json_head(path: Path) -> tuple[dict[str, str], bool]:
+    """The generator version and config data.json's head declares, as field -> JSON text, and whether
+    the head is whole (a copy cut short ends inside it).
 
     write_document puts each on a line of its own before the samples, so
     the head is read line by line and the samples never are.
@@ -1685,7 +1686,7 @@ def data_json_fields(path: Path) -> dict[str, str]:
         for _ in range(HEAD_LINES):
             line = head.readline(MAX_LINE_BYTES)
             if not line:
-                break
+                return fields, False
             match = HEAD_FIELD_RE.match(line.decode("utf-8", "replace"))
             if match is None:
                 continue
@@ -1694,7 +1695,7 @@ def data_json_fields(path: Path) -> dict[str, str]:
                 break
             if depth == 2 or key == "generator_version":
                 fields[key] = value
-    return fields
+    return fields, True
 
 
 def identity_difference(found: dict[str, str] | None, expected: dict[str, str]) -> str | None:
@@ -1838,9 +1839,13 @@ def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
     expected = identity_fields(cfg)
     survey = Survey([], [], False)
     journal, annotations, data = journal_path(out_dir, shard), out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE
-    finished = data.exists() and os.lstat(data).st_size > 0  # an empty data.json (a copy cut short) holds nothing
+    empty = not data.exists() or os.lstat(data).st_size == 0
+    fields, whole = ({}, False) if empty else data_json_head(data)
+    # This generator's data.json cut short (empty, or ending inside a head that names the generator) holds
+    # nothing, as if absent; anything else is this or another dataset's, or not this generator's file.
+    finished = not empty and (whole or "generator_version" not in fields)
     if finished:
-        difference = identity_difference(data_json_fields(data), expected)
+        difference = identity_difference(fields, expected)
         if difference is not None:
             survey.foreign.append((data, difference))
         elif annotations.exists():
@@ -1880,7 +1885,8 @@ def merged_dataset_present(cfg: Config, out_dir: Path) -> bool:
     data, annotations = out_dir / DATA_FILE, out_dir / ANNOTATIONS_FILE
     if not (data.exists() and annotations.exists()):
         return False
-    if identity_difference(data_json_fields(data), identity_fields(cfg)) is not None:
+    fields, whole = data_json_head(data)
+    if not whole or identity_difference(fields, identity_fields(cfg)) is not None:
         return False
     with open_regular(annotations) as lines:
         indices = (record.get("index") if record_fits(cfg, record) else None for _, record in line_records(lines))

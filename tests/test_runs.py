@@ -666,6 +666,17 @@ def test_an_empty_data_json_is_no_dataset_and_is_written_over(tmp_path, monkeypa
     assert json.loads((tmp_path / "data.json").read_text(encoding="utf-8"))["num_samples"] == 3
 
 
+@pytest.mark.parametrize("cut_at", [200, 500])
+def test_a_data_json_cut_short_inside_its_head_is_no_dataset_and_is_written_over(cut_at, tmp_path, monkeypatch):
+    # As an empty one: it was "a different dataset (data.json: n missing, ...)" before.
+    cfg = creation.Config(n=4, seed=3)
+    expected = clean_run(tmp_path, monkeypatch, cfg)
+    data = tmp_path / "clean" / "data.json"
+    data.write_bytes(data.read_bytes()[:cut_at])  # the head names the generator, the config is cut
+    creation.generate_dataset(cfg, tmp_path / "clean", workers=1, quiet=True)
+    assert dataset_bytes(tmp_path / "clean") == expected
+
+
 # ---------------------------------------------------------------------------
 # Hostile or damaged folders (issue 16): no foreign file deleted, no traceback, no hang
 
