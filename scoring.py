@@ -555,6 +555,9 @@ def _json_failure(error: Exception) -> str:
 
 def _read_text(path: Path, where) -> str:
     """The file as text; invalid UTF-8 is an EvaluationError naming its line (where(n) words the place)."""
+    mode = path.stat().st_mode
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero never ends; a pipe (<(...)) does, and is read
+        raise EvaluationError(f"{path} is a device, not a file")
     raw = path.read_bytes()
     try:
         # utf-8-sig: editors on Windows prepend a BOM that json.loads rejects.

@@ -1162,3 +1162,15 @@ def test_multi_line_quoted_replies_are_read(tiny, tmp_path):
                     "2,four\n", encoding="utf-8")
     report = evaluate_predictions(TINY, path, dataset)
     assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "missing": 1}, 5: {"missing": 1}}
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_device_is_refused_in_one_line_not_read_forever(tiny, tmp_path):
+    dataset, _ = tiny
+    # Under a memory limit: without the check, reading /dev/zero ends in a MemoryError traceback (or never).
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+    command = [sys.executable, "-c", limit + "import runpy, sys; sys.argv = sys.argv[1:]; "
+               "runpy.run_path(sys.argv[0], run_name='__main__')",
+               str(ROOT / "scoring.py"), "--evaluate", "/dev/zero", "--dataset", str(dataset)]
+    assert_one_line_error(subprocess.run(command, capture_output=True, text=True, timeout=120),
+                          "/dev/zero", "is a device, not a file")
