@@ -2638,10 +2638,17 @@ def is_evaluation_flag(arg: str) -> bool:
     return name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and "--evaluate".startswith(name))
 
 
+def is_export_flag(arg: str) -> bool:
+    """--export-hub or --export-vlmevalkit, or an abbreviation that names one of them (as argparse allows)."""
+    name = arg.partition("=")[0]
+    targets = ("--export-hub", "--export-vlmevalkit")
+    return len(name) > len("--export-") and any(target.startswith(name) for target in targets)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Exporting and grading are programs of their own, loaded only when asked for.
-    if any(arg.split("=", 1)[0] in ("--export-hub", "--export-vlmevalkit") for arg in argv):
+    if any(is_export_flag(arg) for arg in argv):
         import export
 
         return export.main(argv, prog="creation.py")

@@ -37,9 +37,11 @@ import io
 import json
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -704,12 +706,32 @@ def build_parser(prog: str) -> OneLineParser:
     return p
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the export is, so that it unwinds as Ctrl-C does and leaves no staging."""
+
+
+def raise_terminated(signum, frame):
+    raise Terminated
+
+
 def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
     try:
         args = build_parser(prog).parse_args(argv)
     except SystemExit as stop:  # a bad flag (status 2, one line already printed) or --help (0)
         return stop.code
     out = args.export_hub or args.export_vlmevalkit
+    # Only where SIGTERM would kill outright, and only the main thread may set a handler.
+    take_term = (threading.current_thread() is threading.main_thread()
+                 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    previous = signal.signal(signal.SIGTERM, raise_terminated) if take_term else None
+    try:
+        return run_export(args, out, prog)
+    finally:
+        if take_term:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run_export(args, out: Path, prog: str) -> int:
     try:
         source = read_source(args.dataset)
         if args.export_hub:
@@ -719,9 +741,10 @@ def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
     except ExportError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; {out} is as it was", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        print(f"{prog}: {how}; {out} is as it was", file=sys.stderr)
+        return status
     except OSError as error:
         print(f"{prog}: error: {error.filename or out}: {error.strerror or error}", file=sys.stderr)
         return 1

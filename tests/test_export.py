@@ -456,6 +456,9 @@ def test_creation_forwards_both_flags_and_names_itself(dataset, tmp_path, capsys
     assert err.startswith("creation.py: error:") and "--n" in err
     assert creation.main([f"--export-vlmevalkit={tmp_path / 'x.tsv'}", "--dataset", str(dataset), "--quiet"]) == 0
     assert (tmp_path / "x.tsv").is_file()
+    # Abbreviated, as export.py itself and creation.py's --eval accept.
+    assert creation.main(["--export-vlm", str(tmp_path / "y.tsv"), "--dataset", str(dataset), "--quiet"]) == 0
+    assert (tmp_path / "y.tsv").read_bytes() == (tmp_path / "x.tsv").read_bytes()
 
 
 def test_export_needs_exactly_one_target(dataset, capsys):
@@ -493,6 +496,22 @@ def test_an_export_killed_outright_leaves_nothing_once_run_again(dataset, tmp_pa
     assert [p.name for p in tmp_path.iterdir()], "the killed export left its staging behind"
     assert export.main([f"--export-{kind}", str(out), "--dataset", str(dataset), "--quiet"]) == 0
     assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+@pytest.mark.parametrize("kind, name", [("hub", "hub_loops"), ("vlmevalkit", "loops.tsv")])
+def test_an_export_stopped_by_sigterm_says_so_and_leaves_nothing(dataset, tmp_path, kind, name):
+    script = KILLED_EXPORT.replace("signal.SIGKILL", "signal.SIGTERM").replace(
+        "export.main(", "sys.exit(export.main(").rstrip() + ")\n"
+    if kind == "vlmevalkit":
+        script = script.replace("export.write_marker =", "export.tsv_rows =")
+    out = tmp_path / "exports" / name
+    out.parent.mkdir()
+    stopped = subprocess.run([sys.executable, "-c", script.format(root=str(REPO_ROOT), kind=kind, out=str(out),
+                                                                   dataset=str(dataset))],
+                             capture_output=True, text=True, timeout=120)
+    assert stopped.returncode == 143, stopped.stderr
+    assert stopped.stderr == f"export.py: terminated; {out} is as it was\n"
+    assert list(out.parent.iterdir()) == []
 
 
 def test_an_export_leaves_a_live_exports_staging_alone(dataset, tmp_path):
