@@ -637,10 +637,14 @@ def _dataset_head(dataset_dir) -> tuple["Path | None", dict]:
     # An export (export.py) carries no data.json; its marker file names the generator and config instead.
     for name in (DATA_FILE, EXPORT_MARKER_FILE):
         path = Path(dataset_dir) / name
+        if not os.path.lexists(path):
+            continue
         try:
             document = json.loads(path.read_text(encoding="utf-8-sig"))
-        except (OSError, ValueError, RecursionError):
-            continue
+        except (OSError, ValueError, RecursionError) as error:
+            # Present but unreadable: the record count it states cannot be checked, so nothing is graded.
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else "not whole JSON"
+            raise EvaluationError(f"{path}: damaged ({reason}); regenerate the dataset (a rerun repairs it)") from None
         return path, document if isinstance(document, dict) else {}
     return None, {}
 
@@ -1313,6 +1317,8 @@ def check_report_dir(report_dir, predictions_path=None) -> None:
         graded = os.stat(predictions_path) if predictions_path is not None else None
     except OSError:  # no predictions file: grading says so
         graded = None
+    if os.path.lexists(report_dir) and not os.path.isdir(report_dir):
+        raise EvaluationError(f"--report-dir {report_dir} is a file, not a folder")
     for name in REPORT_FILES:
         target = Path(report_dir) / name
         try:

@@ -1174,3 +1174,23 @@ def test_a_device_is_refused_in_one_line_not_read_forever(tiny, tmp_path):
                str(ROOT / "scoring.py"), "--evaluate", "/dev/zero", "--dataset", str(dataset)]
     assert_one_line_error(subprocess.run(command, capture_output=True, text=True, timeout=120),
                           "/dev/zero", "is a device, not a file")
+
+
+@pytest.mark.parametrize("damage", ["cut short", "a folder"])
+def test_a_damaged_data_json_stops_the_run_as_its_count_cannot_be_checked(tiny, tmp_path, damage):
+    dataset, predictions = tiny
+    head = dataset / "data.json"
+    if damage == "a folder":
+        head.unlink(missing_ok=True)
+        head.mkdir()
+    else:
+        head.write_text('{"config": {"n": 5', encoding="utf-8")
+    assert_one_line_error(evaluate_cli("--evaluate", predictions, "--dataset", dataset), head, "damaged")
+
+
+def test_a_report_dir_that_is_a_file_is_refused_naming_it(tiny, tmp_path):
+    dataset, predictions = tiny
+    (tmp_path / "report").write_text("notes", encoding="utf-8")
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--report-dir", tmp_path / "report")
+    assert result.returncode == 2 and "--report-dir" in result.stderr and "is a file, not a folder" in result.stderr
+    assert (tmp_path / "report").read_text(encoding="utf-8") == "notes"
