@@ -2311,17 +2311,19 @@ def write_shard_file(cfg: Config, out_dir: Path, shard: Shard, records: Callable
 # -- A run, step by step
 
 
-def refuse_non_files_at_targets(out_dir: Path, shard: Shard) -> None:
-    """Refuse a folder, pipe or the like where the run ends by writing a file, before any image is drawn."""
+def refuse_non_files_at_targets(out_dir: Path, shard: Shard, folders: Iterable[str] = (IMAGES_DIR,)) -> None:
+    """Refuse a folder, pipe or the like where the run ends by writing a file, and anything but a folder
+    where it writes into one (folders, relative to out_dir), before any image is drawn."""
     targets = [out_dir / name for name in DATASET_FILES] if shard == WHOLE_RUN else [shard_path(out_dir, shard)]
     for path in targets:
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise BadOutput(f"{path} is {kind_of(path)}, not a file, and the run ends by writing one there: "
                             "move it away")
-    images = out_dir / IMAGES_DIR
-    if os.path.lexists(images) and not images.is_dir():
-        raise BadOutput(f"{images} is {kind_of(images) if images.is_symlink() else 'a file'}, not a folder, "
-                        "and the images go in a folder of that name: move it away")
+    for name in folders:
+        path = out_dir / name
+        if os.path.lexists(path) and not path.is_dir():
+            raise BadOutput(f"{path} is {kind_of(path) if path.is_symlink() else 'a file'}, not a folder, "
+                            "and the run writes into a folder of that name: move it away")
 
 
 def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
@@ -2403,7 +2405,8 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     check_output_folder(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with exclusive_run(out_dir, shard, cfg):
-        refuse_non_files_at_targets(out_dir, shard)
+        folders = [IMAGES_DIR, *[SCENES_DIR] * scenes, *[REVIEW_DIR, f"{REVIEW_DIR}/overlays"] * overlays]
+        refuse_non_files_at_targets(out_dir, shard, folders)
         survey = survey_folder(cfg, out_dir, shard)
         refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
         made_images = not os.path.lexists(out_dir / IMAGES_DIR)

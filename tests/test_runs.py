@@ -626,6 +626,17 @@ def test_a_file_named_images_is_refused_in_one_line_and_a_refused_run_makes_no_i
     assert not (other / "images").exists() and drawn == [0, 2]
 
 
+@pytest.mark.parametrize("name, flags", [("scenes", {"scenes": True}), ("review", {"overlays": True}),
+                                         ("review/overlays", {"overlays": True})])
+def test_a_file_where_a_flag_writes_its_folder_is_refused_in_one_line(name, flags, tmp_path, monkeypatch):
+    drawn = count_draws(monkeypatch)
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text("notes")
+    with pytest.raises(creation.BadOutput, match=f"{name} is a file, not a folder"):
+        creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path, workers=1, quiet=True, **flags)
+    assert drawn == [] and not (tmp_path / "images").exists()
+
+
 def test_a_whole_run_or_an_overwrite_leaves_no_empty_shards_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
     cfg = creation.Config(n=6, seed=3)
