@@ -227,7 +227,7 @@ class Config:
             if getattr(self, name) > self.size / MAX_GAP_FRACTION:
                 raise ValueError(f"{flag(name)} must be at most --size / {MAX_GAP_FRACTION} "
                                  f"({self.size / MAX_GAP_FRACTION:g} px): strands kept that far apart leave no "
-                                 f"room for a tangle; got {getattr(self, name):g}")
+                                 f"room for a tangle; got {getattr(self, name)!r}")
         # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
         ink_reach = self.stroke_width / 2 + 0.5
         clear_paper = self.min_gap - 2 * ink_reach
