@@ -639,12 +639,15 @@ def _dataset_head(dataset_dir) -> tuple["Path | None", dict]:
         path = Path(dataset_dir) / name
         if not os.path.lexists(path):
             continue
+        # Present but unreadable: the record count it states cannot be checked, so nothing is graded.
+        damaged = f"{path}: damaged ({{}}); regenerate the dataset (a rerun repairs it)"
+        if not path.is_file():  # a folder, a dangling link, or a pipe that would never end the read
+            raise EvaluationError(damaged.format("not a regular file"))
         try:
             document = json.loads(path.read_text(encoding="utf-8-sig"))
         except (OSError, ValueError, RecursionError) as error:
-            # Present but unreadable: the record count it states cannot be checked, so nothing is graded.
             reason = error.strerror if isinstance(error, OSError) and error.strerror else "not whole JSON"
-            raise EvaluationError(f"{path}: damaged ({reason}); regenerate the dataset (a rerun repairs it)") from None
+            raise EvaluationError(damaged.format(reason)) from None
         return path, document if isinstance(document, dict) else {}
     return None, {}
 
@@ -720,7 +723,6 @@ def _table_predictions(path: Path, text: str, delimiter: str) -> Iterator[tuple[
             raise EvaluationError(f"{path} line 1: a prediction table needs a 'prediction' column and an "
                                   f"'index' or 'image' column, got {_shown(header)}")
         rows = list(_table_rows(path, reader, delimiter, len(header)))
-        _check_no_run_on(path, header, rows, delimiter)
     finally:
         csv.field_size_limit(limit)
     for _, last, row in rows:
@@ -757,41 +759,6 @@ def _table_rows(path: Path, reader, delimiter: str, width: int) -> Iterator[tupl
                 raise EvaluationError(f"{path} line {reader.line_num}: {len(row)} cells, the header has {width}")
             yield first, reader.line_num, row
         first = reader.line_num + 1
-
-
-# What an index or an image cell looks like: a reply's line such as "Hmm, maybe" must not read as a row.
-_TABLE_KEYS = {"index": re.compile(r"[0-9]{1,18}"), "image": re.compile(r"\S+\.(?:png|jpe?g|webp)", re.IGNORECASE)}
-
-
-def _check_no_run_on(path: Path, header: list, rows: list, delimiter: str) -> None:
-    """Stop at a quoted cell holding a line that reads as a whole row for an item no row of the file names:
-    an unclosed quote swallowed the rows after it, and a stray quote further on closed it without a csv error."""
-    keys = [(column, header.index(column)) for column in _TABLE_KEYS if column in header]
-    given = {(column, row[k].strip()) for _, _, row in rows for column, k in keys}
-    for first, _, row in rows:
-        line = first
-        for name, cell in zip(header, row):
-            for inner in cell.split("\n")[1:]:
-                line += 1
-                named = _row_keys(inner.removesuffix("\r"), delimiter, len(header), keys)
-                if named and not given & set(named):
-                    column, value = named[0]
-                    raise EvaluationError(f"{path} line {first}: the quoted {name!r} cell runs on over line {line}, "
-                                          f"which reads as the row of {column} {value}: an unclosed quote?")
-
-
-def _row_keys(line: str, delimiter: str, width: int, keys: list) -> list:
-    """[(column, value)] of the index and image a line names if it parses as a row of the table, else []."""
-    if delimiter not in line:  # most lines of a long reply: no csv parse for them
-        return []
-    try:
-        cells = next(csv.reader([line], delimiter=delimiter), [])
-    except csv.Error:
-        return []
-    if len(cells) != width:
-        return []
-    named = [(column, cells[k].strip()) for column, k in keys]
-    return named if all(_TABLE_KEYS[column].fullmatch(value) for column, value in named) else []
 
 
 def read_predictions(path) -> Iterator[tuple[str, dict]]:
@@ -1318,7 +1285,7 @@ def check_report_dir(report_dir, predictions_path=None) -> None:
     except OSError:  # no predictions file: grading says so
         graded = None
     if os.path.lexists(report_dir) and not os.path.isdir(report_dir):
-        raise EvaluationError(f"--report-dir {report_dir} is a file, not a folder")
+        raise EvaluationError(f"--report-dir {report_dir} exists and is not a folder")
     for name in REPORT_FILES:
         target = Path(report_dir) / name
         try:

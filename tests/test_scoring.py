@@ -1,6 +1,7 @@
 """The answer scorer and the predictions evaluator in scoring.py."""
 
 import doctest
+import os
 import csv
 import json
 from pathlib import Path
@@ -1143,9 +1144,6 @@ def test_a_failed_atomic_write_names_its_target_not_the_temporary(tmp_path):
     (['3,"I count ""4 loops. Answer: 4', "4,Answer: 5"], "line 5: a quoted cell that opens in this row runs on to line 6"),
     # into a later quoted cell, whose opening quote closes the runaway one
     (['3,"I count ""4 loops. Answer: 4', '4,"Answer: 5"'], "line 5: a quoted cell that opens in this row runs on"),
-    # closed by a stray quote at a line's end, which csv reads as a whole table: the swallowed row gives it away
-    (['3,"I count ""4 loops. Answer: 4', "4,Answer: 5 loops\""],
-     "line 5: the quoted 'prediction' cell runs on over line 6, which reads as the row of index 4"),
 ])
 def test_an_unbalanced_quote_in_a_table_stops_naming_its_row(tiny, tmp_path, rows, message):
     dataset, _ = tiny
@@ -1164,6 +1162,15 @@ def test_multi_line_quoted_replies_are_read(tiny, tmp_path):
     assert report["confusion"] == {3: {3: 1, 4: 1}, 4: {4: 1, "missing": 1}, 5: {"missing": 1}}
 
 
+def test_a_reply_line_that_looks_like_the_row_of_a_missing_item_is_still_a_reply(tiny, tmp_path):
+    """A partial table is valid: "3, no wait" inside a quoted reply is text, although no row names item 3."""
+    dataset, _ = tiny
+    path = tmp_path / "p.csv"
+    path.write_text('index,prediction\n0,"Counting:\n3, no wait\nAnswer: 3"\n1,3\n', encoding="utf-8")
+    report = evaluate_predictions(TINY, path, dataset)
+    assert (report["n_correct"], report["n_missing"]) == (2, 3)
+
+
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
 def test_a_device_is_refused_in_one_line_not_read_forever(tiny, tmp_path):
     dataset, _ = tiny
@@ -1176,13 +1183,13 @@ def test_a_device_is_refused_in_one_line_not_read_forever(tiny, tmp_path):
                           "/dev/zero", "is a device, not a file")
 
 
-@pytest.mark.parametrize("damage", ["cut short", "a folder"])
+@pytest.mark.parametrize("damage", ["cut short", "a folder", "a pipe"])
 def test_a_damaged_data_json_stops_the_run_as_its_count_cannot_be_checked(tiny, tmp_path, damage):
     dataset, predictions = tiny
     head = dataset / "data.json"
-    if damage == "a folder":
+    if damage != "cut short":
         head.unlink(missing_ok=True)
-        head.mkdir()
+        head.mkdir() if damage == "a folder" else os.mkfifo(head)  # a pipe no one writes: reading it would hang
     else:
         head.write_text('{"config": {"n": 5', encoding="utf-8")
     assert_one_line_error(evaluate_cli("--evaluate", predictions, "--dataset", dataset), head, "damaged")
@@ -1192,5 +1199,5 @@ def test_a_report_dir_that_is_a_file_is_refused_naming_it(tiny, tmp_path):
     dataset, predictions = tiny
     (tmp_path / "report").write_text("notes", encoding="utf-8")
     result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--report-dir", tmp_path / "report")
-    assert result.returncode == 2 and "--report-dir" in result.stderr and "is a file, not a folder" in result.stderr
+    assert result.returncode == 2 and "--report-dir" in result.stderr and "exists and is not a folder" in result.stderr
     assert (tmp_path / "report").read_text(encoding="utf-8") == "notes"
