@@ -165,9 +165,10 @@ class Config:
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
     min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px; at "
-                          "least the stroke width plus 3, at most --size / 8", "traceability rules")
+                          "least the stroke width plus 3; at most an eighth of --size (of 1024 if smaller)",
+                          "traceability rules")
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
-                               "side, px; at most --size / 8", "traceability rules")
+                               "side, px; at most an eighth of --size (of 1024 if smaller)", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
                                    "away from their crossings, px", "traceability rules")
     min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
@@ -223,11 +224,12 @@ class Config:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         # Every strand is searched for neighbours out to these distances, so they also bound the work.
+        gap_limit = max(self.size, 1024) / MAX_GAP_FRACTION  # on small canvases, never under the defaults
         for name in ("min_gap", "parallel_gap"):
-            if getattr(self, name) > self.size / MAX_GAP_FRACTION:
-                raise ValueError(f"{flag(name)} must be at most --size / {MAX_GAP_FRACTION} "
-                                 f"({self.size / MAX_GAP_FRACTION:g} px): strands kept that far apart leave no "
-                                 f"room for a tangle; got {getattr(self, name)!r}")
+            if getattr(self, name) > gap_limit:
+                raise ValueError(f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of "
+                                 f"1024 on smaller canvases): strands kept that far apart leave no room for a "
+                                 f"tangle; got {getattr(self, name)!r}")
         # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
         ink_reach = self.stroke_width / 2 + 0.5
         clear_paper = self.min_gap - 2 * ink_reach
@@ -2322,8 +2324,9 @@ def refuse_non_files_at_targets(out_dir: Path, shard: Shard, folders: Iterable[s
     for name in folders:
         path = out_dir / name
         if os.path.lexists(path) and not path.is_dir():
-            raise BadOutput(f"{path} is {kind_of(path) if path.is_symlink() else 'a file'}, not a folder, "
-                            "and the run writes into a folder of that name: move it away")
+            what = "a file" if path.is_file() and not path.is_symlink() else kind_of(path)
+            raise BadOutput(f"{path} is {what}, not a folder, and the run writes into a folder of that name: "
+                            "move it away")
 
 
 def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
@@ -2370,18 +2373,20 @@ def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecord
     return drawn, first_record
 
 
-def forget_empty_attempt(out_dir: Path, shard: Shard, made_images: bool) -> None:
-    """After settings that cannot draw a sample, remove a journal that holds no record, and the images
-    folder this run made if it is still empty: else the rerun the error suggests, with other settings,
-    would be refused as a different dataset although the folder holds nothing of it."""
+def forget_empty_attempt(cfg: Config, out_dir: Path, shard: Shard, made_images: bool) -> None:
+    """After settings that cannot draw a sample, remove a journal that holds no record while no image of
+    the shard is on disk, and the images folder a whole run made: else the rerun the error suggests, with
+    other settings, would be refused as a different dataset although the folder holds nothing of it."""
     path = journal_path(out_dir, shard)
-    with open_regular(path, mode="r", encoding="utf-8") as lines:
+    with open_regular(path) as lines:
         records = sum(1 for line in lines if line.strip()) - 1  # the first line is the config
-    if records == 0:
-        remove_entry(out_dir, path)
-        if made_images:
-            with contextlib.suppress(OSError):  # not empty: another shard has written there meanwhile
-                (out_dir / IMAGES_DIR).rmdir()
+    images = out_dir / IMAGES_DIR
+    if records > 0 or any(owns_sample_file(cfg, shard, entry.name) for entry in os.scandir(images)):
+        return  # another worker's image, written before the failure: the journal keeps this dataset's claim
+    remove_entry(out_dir, path)
+    if made_images and shard == WHOLE_RUN:  # a shard's run shares the folder with the others
+        with contextlib.suppress(OSError):
+            images.rmdir()
 
 
 def owns_sample_file(cfg: Config, shard: Shard, name: str) -> bool:
@@ -2424,7 +2429,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         try:
             drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
         except PlacementError:
-            forget_empty_attempt(out_dir, shard, made_images)
+            forget_empty_attempt(cfg, out_dir, shard, made_images)
             raise
 
         def records() -> Iterator[dict]:

@@ -227,9 +227,10 @@ def test_loop_leaving_the_margin_is_reported():
     ({"parallel_gap": -1}, "--parallel-gap"),
     ({"max_parallel_run": float("inf")}, "--max-parallel-run"),
     ({"min_curl_px": -5}, "--min-curl-px"),
-    ({"min_gap": 1e20}, r"--min-gap must be at most --size / 8 \(128 px\)"),
+    ({"min_gap": 1e20}, r"--min-gap must be at most 128 px \(an eighth of --size"),
     ({"parallel_gap": 1e308}, "--parallel-gap must be at most"),
-    ({"parallel_gap": 100, "size": 512}, r"--parallel-gap must be at most --size / 8 \(64 px\)"),
+    ({"parallel_gap": 300, "size": 2048}, r"--parallel-gap must be at most 256 px"),
+    ({"parallel_gap": 129, "size": 512}, r"--parallel-gap must be at most 128 px"),
     ({"min_waypoints": 11, "max_waypoints": 10, "original_shapes": True}, "--min-waypoints 11 exceeds"),
 ])
 def test_invalid_config_names_the_flag_and_value(changes, text):

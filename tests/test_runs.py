@@ -597,6 +597,25 @@ def test_settings_that_draw_nothing_leave_nothing_that_refuses_the_suggested_fix
     assert creation.generate_dataset(creation.Config(n=4, seed=3, min_curl_px=20), tmp_path, workers=1, quiet=True) == 4
 
 
+def test_a_failing_shard_leaves_the_shared_images_folder_and_an_unrecorded_image_keeps_the_journal(tmp_path,
+                                                                                                    monkeypatch):
+    def impossible(cfg, index):
+        raise creation.PlacementError(f"sample {index}: ...")
+
+    monkeypatch.setattr(creation, "make_sample", impossible)
+    cfg = creation.Config(n=4, seed=3)
+    with pytest.raises(creation.PlacementError):
+        creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, shard=creation.Shard(0, 2))
+    # Another shard's run may have found the folder made and be about to write there.
+    assert (tmp_path / "images").is_dir() and not creation.journal_path(tmp_path, creation.Shard(0, 2)).exists()
+    # An image another worker wrote before the failure, whose record never reached the journal.
+    (tmp_path / "other" / "images").mkdir(parents=True)
+    (tmp_path / "other" / creation.image_name(1, cfg.n)).write_bytes(b"png")
+    with pytest.raises(creation.PlacementError):
+        creation.generate_dataset(cfg, tmp_path / "other", workers=1, quiet=True)
+    assert (tmp_path / "other" / ".progress.jsonl").exists()
+
+
 def test_a_failure_after_some_images_keeps_them_for_the_same_settings(tmp_path, monkeypatch):
     def fails_at_two(cfg, index):
         if index == 2:
