@@ -1583,8 +1583,8 @@ def check_output_folder(out_dir: Path) -> None:
 
 def kind_of(path: Path) -> str:
     mode = os.lstat(path).st_mode
-    kinds = {stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a named pipe",
-             stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device", stat.S_ISBLK: "a device"}
+    kinds = {stat.S_ISREG: "a file", stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder",
+             stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device", stat.S_ISBLK: "a device"}
     return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
 
 
@@ -2324,9 +2324,8 @@ def refuse_non_files_at_targets(out_dir: Path, shard: Shard, folders: Iterable[s
     for name in folders:
         path = out_dir / name
         if os.path.lexists(path) and not path.is_dir():
-            what = "a file" if path.is_file() and not path.is_symlink() else kind_of(path)
-            raise BadOutput(f"{path} is {what}, not a folder, and the run writes into a folder of that name: "
-                            "move it away")
+            raise BadOutput(f"{path} is {kind_of(path)}, not a folder, and the run writes into a folder of that "
+                            "name: move it away")
 
 
 def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
