@@ -633,7 +633,8 @@ def _check_complete(dataset_dir, annotations: Path, count: int) -> None:
 
 
 def _dataset_head(dataset_dir) -> tuple["Path | None", dict]:
-    """The dataset's data.json as a dict, and its path; ({} if it does not read, None if no file reads)."""
+    """The dataset's data.json (else an export's marker) and its path; {} for JSON that is not an object,
+    (None, {}) when neither is there. One that is there but does not read is an EvaluationError."""
     # An export (export.py) carries no data.json; its marker file names the generator and config instead.
     for name in (DATA_FILE, EXPORT_MARKER_FILE):
         path = Path(dataset_dir) / name

@@ -1066,7 +1066,7 @@ def test_the_confusion_matrix_has_a_column_for_every_true_answer():
     assert scoring.confusion_columns(confusion) == [5, 6, 7, "none"]
 
 
-# --- review fixes: a cut-short dataset, Unicode line separators, one-line documents, report targets, CSV quotes
+# --- damaged datasets, line endings, one-line documents, report targets, CSV quotes
 
 @pytest.mark.parametrize("layout", ["config n", "num_samples", "export marker", "extra record"])
 def test_an_annotations_file_with_another_count_than_the_dataset_states_stops(tmp_path, layout):
