@@ -1,6 +1,6 @@
 """Speed, size and memory of the generator against a plain baseline (not a test: run it by hand).
 
-    python tests/bench.py            # about ten minutes on 2 idle cores
+    python tests/bench.py            # about thirteen minutes on 2 idle cores
     python tests/bench.py --quick    # a smoke run of every row, under a minute
 
 The baseline is tests/plain.py, a careful plain implementation of the task
@@ -8,7 +8,8 @@ description. Every comparison is measured in one run, in interleaved rounds
 (each program once per round, round after round, so drift in the machine's
 speed falls on all of them alike); a figure is the median over rounds and a
 ratio is the ratio of those medians, with the range of the per-round ratios
-beside it as a sign of the noise. Rows:
+beside it as a sign of the noise. Round r runs seed r, so the whole-process
+rows' ranges also hold how much seeds differ. Rows:
 
   whole processes: images/s of `creation.py --n 70 --workers 1 --quiet` and
       `tests/plain.py --n 70`, start-up and file writes included;
@@ -46,8 +47,12 @@ import creation  # noqa: E402
 import plain  # noqa: E402
 import reference  # noqa: E402
 
-FULL = {"images": 40, "repeats": 3, "process_n": 70, "long_run": 140, "startup_runs": 7, "rss_n": (20, 120)}
-QUICK = {"images": 3, "repeats": 2, "process_n": 4, "long_run": 6, "startup_runs": 3, "rss_n": (2, 6)}
+# Whole processes get more rounds than in-process rows: round r runs seed r, and the seeds differ
+# by more than the machine does (a seed whose 70 images hold a few slow five-loop ones runs slower).
+FULL = {"images": 40, "repeats": 3, "process_rounds": 5, "process_n": 70, "long_run": 140, "startup_runs": 7,
+        "rss_n": (20, 120)}
+QUICK = {"images": 3, "repeats": 2, "process_rounds": 2, "process_n": 4, "long_run": 6, "startup_runs": 3,
+         "rss_n": (2, 6)}
 
 
 # ---------------------------------------------------------------------------
@@ -216,6 +221,8 @@ def print_whole_processes(n: int, repeats: int) -> None:
     for name, label in (("creation", "creation.py (default mode)"), ("plain", "tests/plain.py")):
         print(f"  {label:<30}{statistics.median(rates[name]):7.2f}")
     print(f"  creation's lead (creation images/s / plain images/s): {median_ratio(rates, 'creation', 'plain')}")
+    print("  by round (round r runs --seed r): " + ", ".join(
+        f"seed {seed} {a / b:.2f}x" for seed, (a, b) in enumerate(zip(rates["creation"], rates["plain"]))))
 
 
 def print_in_process(count: int, repeats: int) -> None:
@@ -299,7 +306,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny runs of every row, to check the bench works")
     parser.add_argument("--images", type=int, help=f"images per in-process measurement (default {FULL['images']})")
-    parser.add_argument("--repeats", type=int, help=f"rounds of each comparison (default {FULL['repeats']})")
+    parser.add_argument("--repeats", type=int, help=f"rounds of each in-process comparison (default {FULL['repeats']})")
+    parser.add_argument("--process-rounds", type=int,
+                        help=f"rounds of each whole-process comparison (default {FULL['process_rounds']})")
     parser.add_argument("--process-n", type=int, help=f"--n of each whole-process run (default {FULL['process_n']})")
     parser.add_argument("--long-run", type=int,
                         help=f"--n of the 1 against 2 workers runs (default {FULL['long_run']})")
@@ -309,11 +318,11 @@ def main():
     load = os.getloadavg()[0]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
           f"load average {load:.1f} at start{' (other work running: figures are noisy)' if load > 0.5 else ''}")
-    print_whole_processes(settings["process_n"], settings["repeats"])
+    print_whole_processes(settings["process_n"], settings["process_rounds"])
     print_in_process(settings["images"], settings["repeats"])
     print_startup(settings["startup_runs"])
     print_stages(creation.Config(), settings["images"])
-    print_scaling(settings["long_run"], settings["repeats"])
+    print_scaling(settings["long_run"], settings["process_rounds"])
     small, large = (worker_peak_rss_mb(n) for n in settings["rss_n"])
     print(f"peak RSS of one worker: {small:.0f} MiB at --n {settings['rss_n'][0]}, "
           f"{large:.0f} MiB at --n {settings['rss_n'][1]}")

@@ -13,7 +13,7 @@ BENCH = Path(__file__).with_name("bench.py")
 def test_quick_bench_prints_every_row():
     out = subprocess.run([sys.executable, str(BENCH), "--quick", "--repeats", "1", "--images", "2"],
                          capture_output=True, text=True, check=True).stdout
-    for row in ("whole processes", "creation's lead (creation images/s", "in process", "tests/plain.py make_image",
+    for row in ("whole processes", "creation's lead (creation images/s", "by round (round r runs --seed r)", "in process", "tests/plain.py make_image",
                 "issue 14, default / --original-shapes", "start-up", "python creation.py --help",
                 "per stage", "encode", "hash", "KB/image", "with 2:", "peak RSS of one worker"):
         assert row in out, f"no {row!r} row in:\n{out}"
