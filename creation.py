@@ -1569,16 +1569,42 @@ MAX_LINE_BYTES = 1 << 16  # a record line is under 1 KB: a longer one is damaged
 HEAD_LINES = 200  # data.json names its generator and config within its first ~35 lines
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))  # each 0 where missing
 NOT_OURS = "its head names no generator and config"
+NOT_RECORDS = "its first line is no record of this generator"
+EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 
 
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is a file or lies under one, before anything is made."""
+    """Refuse an --out that is a file or lies under one, or an export's folder, before anything is made."""
     for folder in (out_dir, *out_dir.parents):
         if folder.exists():
             if not folder.is_dir():
                 where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
                 raise BadOutput(f"--out {out_dir} {where}, not a folder")
-            return
+            break
+    # Its annotations.jsonl describes the export's own image files: a dataset written there would leave
+    # them describing nothing, whatever --overwrite says.
+    if os.path.lexists(out_dir / EXPORT_MARKER_FILE):
+        raise BadOutput(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
+                        "another folder and export from there")
+
+
+def missing_folders(out_dir: Path) -> list[Path]:
+    """out_dir and those of its parents that are not there yet, deepest first: what mkdir(parents=True) makes."""
+    return list(itertools.takewhile(lambda folder: not os.path.lexists(folder), (out_dir, *out_dir.parents)))
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(folders: list[Path]) -> Iterator[None]:
+    """If the run fails, remove the folders it made (deepest first) that it left empty."""
+    try:
+        yield
+    except BaseException:
+        for folder in folders:
+            try:
+                folder.rmdir()
+            except OSError:  # it holds something: a journal to resume from, or files of someone else's
+                break
+        raise
 
 
 def kind_of(path: Path) -> str:
@@ -1874,9 +1900,12 @@ def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
 
 def annotations_difference(cfg: Config, path: Path) -> str | None:
     """Why an annotations.jsonl left without data.json is not this config's, naming the line; None if it is."""
+    keys = fixed_fields(cfg, 0, cfg.min_loops).keys()  # every record of this generator has them
     with open_regular(path) as lines:
         number = 0
         for number, (_, record) in enumerate(line_records(lines), 1):
+            if number == 1 and not (isinstance(record, dict) and keys <= record.keys()):
+                return NOT_RECORDS
             if not record_fits(cfg, record):
                 return f"line {number}: {record_difference(cfg, record)}"
     return None if number else "empty"
@@ -2331,7 +2360,7 @@ def refuse_non_files_at_targets(out_dir: Path, shard: Shard, folders: Iterable[s
 def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
     if survey.foreign and not overwrite:
         path, difference = survey.foreign[0]
-        if difference == NOT_OURS:  # damaged, or another tool's: bad input rather than another dataset
+        if difference in (NOT_OURS, NOT_RECORDS):  # damaged, or another tool's: bad input rather than another dataset
             raise BadOutput(f"{path} is not a file this generator writes ({difference}): move it away "
                             "or pass --overwrite to replace it")
         raise DatasetError(f"{out_dir} holds a different dataset ({path.name}: {difference}); "
@@ -2407,8 +2436,10 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     Returns how many images were drawn; the others were kept.
     """
     check_output_folder(out_dir)
+    # A shard's run shares the folder: another shard's run may have found it made and be about to write.
+    made = missing_folders(out_dir) if shard == WHOLE_RUN else []
     out_dir.mkdir(parents=True, exist_ok=True)
-    with exclusive_run(out_dir, shard, cfg):
+    with removed_if_left_empty(made), exclusive_run(out_dir, shard, cfg):
         folders = [IMAGES_DIR, *[SCENES_DIR] * scenes, *[REVIEW_DIR, f"{REVIEW_DIR}/overlays"] * overlays]
         refuse_non_files_at_targets(out_dir, shard, folders)
         survey = survey_folder(cfg, out_dir, shard)

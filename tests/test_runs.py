@@ -937,3 +937,61 @@ def test_the_runs_own_hidden_files_are_never_written_through(name, kind, tmp_pat
         f"creation.py: error: {out / name} is {what}, not a file: the run never reads or writes through one; "
         "move it away"]
     assert not outside.exists()
+
+
+@pytest.mark.parametrize("text", ["my own annotations\n", "[1, 2]\n", '{"image": "cat.png"}\n'])
+def test_an_annotations_file_this_generator_did_not_write_is_bad_input_not_a_dataset(text, tmp_path, monkeypatch):
+    drawn = count_draws(monkeypatch)
+    (tmp_path / "annotations.jsonl").write_text(text, encoding="utf-8")
+    with pytest.raises(creation.BadOutput, match=r"annotations.jsonl is not a file this generator writes "
+                                                 r"\(its first line is no record of this generator\)"):
+        creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
+    assert (tmp_path / "annotations.jsonl").read_text(encoding="utf-8") == text and drawn == []
+    creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True, overwrite=True)
+    assert drawn == [0, 1, 2]  # the message offers --overwrite, which replaces it
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_an_export_folder_is_refused_as_out_even_with_overwrite(merge, tmp_path, monkeypatch):
+    drawn = count_draws(monkeypatch)
+    (tmp_path / creation.EXPORT_MARKER_FILE).write_text("{}", encoding="utf-8")
+    (tmp_path / "annotations.jsonl").write_text("", encoding="utf-8")
+    before = listing(tmp_path)
+    with pytest.raises(creation.BadOutput, match=rf"is an export \({creation.EXPORT_MARKER_FILE} marks it\)"):
+        if merge:
+            creation.merge_shards(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True, overwrite=True)
+        else:
+            creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True, overwrite=True)
+    assert listing(tmp_path) == before and drawn == []
+
+
+def test_the_export_marker_is_the_one_export_py_writes():
+    sys.path.insert(0, str(ROOT))
+    import export
+    assert creation.EXPORT_MARKER_FILE == export.MARKER_FILE
+
+
+@pytest.mark.parametrize("fails", ["placement", "refusal"])
+def test_a_failed_or_refused_run_removes_the_folders_it_made(fails, tmp_path, monkeypatch):
+    def impossible(cfg, index):
+        raise creation.PlacementError(f"sample {index}: ...")
+
+    monkeypatch.setattr(creation, "make_sample", impossible)
+    out = tmp_path / "new" / "deeper"
+    if fails == "refusal":  # a run refused inside the lock, after the folder was made
+        monkeypatch.setattr(creation, "refuse_non_files_at_targets",
+                            lambda *args: (_ for _ in ()).throw(creation.BadOutput("refused")))
+    with pytest.raises((creation.PlacementError, creation.BadOutput)):
+        creation.generate_dataset(creation.Config(n=4, seed=3), out, workers=1, quiet=True)
+    assert listing(tmp_path) == []
+
+
+def test_a_failed_shard_run_keeps_the_folder_other_shards_may_be_writing_to(tmp_path, monkeypatch):
+    def impossible(cfg, index):
+        raise creation.PlacementError(f"sample {index}: ...")
+
+    monkeypatch.setattr(creation, "make_sample", impossible)
+    with pytest.raises(creation.PlacementError):
+        creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path / "new", workers=1, quiet=True,
+                                  shard=creation.Shard(0, 2))
+    assert (tmp_path / "new").is_dir()
