@@ -1206,21 +1206,44 @@ PLOT_CHANCE = (200, 60, 50)
 PLOT_GRID = (225, 225, 230)
 
 
+ACCURACY_TITLE = "accuracy by N (bars), 95% Wilson interval, dashed: chance"
+
+
+class AccuracyPlotLayout(NamedTuple):
+    """Where plot_accuracy_by_count draws, in pixels; the title starts at (left, 8)."""
+    left: int  # the bars' and the title's left edge; the axis labels sit before it
+    top: int  # y of the 1.00 grid line
+    plot_h: int  # from the 1.00 to the 0.00 grid line
+    bar_px: int  # one N's slot, its bar 16 px narrower
+    width: int
+    height: int
+    right: int  # where the grid and the chance line end
+
+
+def accuracy_plot_layout(n_values: int, title_px: float) -> AccuracyPlotLayout:
+    """The layout of the accuracy-by-N picture for n_values bars and a title title_px wide as drawn.
+
+    The picture is as wide as its bars need, but never narrower than 260 px nor than its title
+    (with 4 answers the bars alone would cut the title off)."""
+    left, top, bottom, bar_px, plot_h, margin = 50, 30, 40, 44, 260, 10
+    width = max(left + bar_px * n_values + 20, 260, left + math.ceil(title_px) + margin)
+    return AccuracyPlotLayout(left, top, plot_h, bar_px, width, top + plot_h + bottom, width - margin)
+
+
 def plot_accuracy_by_count(per_n: dict, chance: float):
     """Accuracy per N as bars, each with its 95 % Wilson interval, and chance as a dashed line."""
     Image, ImageDraw, ImageFont = _pillow()
     font = ImageFont.load_default()
-    left, top, bottom, bar_px = 50, 30, 40, 44
-    plot_h = 260
-    width, height = left + bar_px * len(per_n) + 20, top + plot_h + bottom
-    image = Image.new("RGB", (max(width, 260), height), "white")
+    title_px = font.getlength(ACCURACY_TITLE)
+    left, top, plot_h, bar_px, width, height, right = accuracy_plot_layout(len(per_n), title_px)
+    image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
 
     def y_of(share):
         return top + plot_h * (1 - share)
 
     for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        draw.line([(left, y_of(tick)), (image.width - 10, y_of(tick))], fill=PLOT_GRID)
+        draw.line([(left, y_of(tick)), (right, y_of(tick))], fill=PLOT_GRID)
         draw.text((6, y_of(tick) - 6), f"{tick:.2f}", fill=PLOT_INK, font=font)
     for k, (n, row) in enumerate(per_n.items()):
         x0 = left + k * bar_px + 8
@@ -1232,10 +1255,10 @@ def plot_accuracy_by_count(per_n: dict, chance: float):
         for share in (low, high):
             draw.line([(centre - 5, y_of(share)), (centre + 5, y_of(share))], fill=PLOT_INK, width=2)
         draw.text((centre - 6, y_of(0) + 6), str(n), fill=PLOT_INK, font=font)
-    for x in range(left, image.width - 10, 12):  # dashed: the chance line
-        draw.line([(x, y_of(chance)), (min(x + 6, image.width - 10), y_of(chance))], fill=PLOT_CHANCE, width=2)
-    draw.text((left, 8), "accuracy by N (bars), 95% Wilson interval, dashed: chance", fill=PLOT_INK, font=font)
-    draw.text((image.width // 2 - 4, height - 16), "N", fill=PLOT_INK, font=font)
+    for x in range(left, right, 12):  # dashed: the chance line
+        draw.line([(x, y_of(chance)), (min(x + 6, right), y_of(chance))], fill=PLOT_CHANCE, width=2)
+    draw.text((left, 8), ACCURACY_TITLE, fill=PLOT_INK, font=font)
+    draw.text((width // 2 - 4, height - 16), "N", fill=PLOT_INK, font=font)
     return image
 
 
@@ -1337,8 +1360,9 @@ def build_parser(prog: str = "scoring.py") -> OneLineParser:
     p = OneLineParser(prog=prog, description="Grade a model's replies against a tangled-loops dataset "
                                              "(docs/scoring.md: how a reply is read, the formats read).")
     p.add_argument("--evaluate", type=folder, metavar="PREDICTIONS",
-                   help='the replies: JSONL of {"image": ..., "response": ...} lines (optionally with '
-                        "pixel_sha256, seed, answer), lmms-eval --log_samples output, or a VLMEvalKit .csv/.tsv")
+                   help='the replies: JSONL of {"image": ..., "response": ...} lines ("index": N may stand for '
+                        '"image", or both if they agree; optionally with pixel_sha256, seed, answer), '
+                        "lmms-eval --log_samples output, or a VLMEvalKit .csv/.tsv")
     p.add_argument("--dataset", type=folder, metavar="DIR",
                    help="dataset folder holding annotations.jsonl (default: the folder holding scoring.py)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")

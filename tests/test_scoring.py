@@ -790,6 +790,33 @@ def test_report_dir_writes_four_files_atomically_and_keeps_foreign_ones(tiny, tm
     assert {p.name: p.read_bytes() for p in report_dir.iterdir()} == before  # reruns are byte-identical
 
 
+# The title's width as drawn by Pillow's default font: FreeType's, and the bitmap one (6 px a character).
+TITLE_WIDTHS_PX = [264, 342]
+
+
+@pytest.mark.parametrize("title_px", TITLE_WIDTHS_PX)
+@pytest.mark.parametrize("n_values", [1, 4, 7])
+def test_the_accuracy_plot_title_fits_whatever_the_number_of_answers(n_values, title_px):
+    layout = scoring.accuracy_plot_layout(n_values, title_px)
+    assert layout.left + title_px <= layout.right < layout.width  # the title ends before the grid does
+    assert layout.left + layout.bar_px * n_values <= layout.right  # and so do the bars
+
+
+def test_the_accuracy_plot_for_seven_answers_keeps_its_size():
+    layout = scoring.accuracy_plot_layout(7, TITLE_WIDTHS_PX[0])
+    assert (layout.width, layout.height) == (378, 330)  # as wide as its bars, as before the title set a minimum
+
+
+def test_the_drawn_accuracy_plot_title_is_not_cut_off():
+    pytest.importorskip("PIL")
+    from PIL import ImageChops
+    per_n = {n: {"n_items": 2, "n_correct": 1, "accuracy": 0.5} for n in (3, 4, 5, 6)}
+    image = scoring.plot_accuracy_by_count(per_n, 0.25)
+    title_band = image.crop((0, 0, image.width, 26))  # above the 1.00 grid line: the title only
+    ink = ImageChops.invert(title_band).getbbox()  # white is 0 once inverted: the box of the title's ink
+    assert ink is not None and ink[2] <= image.width - 10
+
+
 def test_reply_tail_is_the_last_200_characters(tiny, tmp_path):
     dataset, _ = tiny
     reply = "x" * 500 + " Answer: 3"
@@ -986,6 +1013,11 @@ def test_generation_flags_are_refused_in_one_line(tiny):
     assert result.returncode == 2
     assert result.stderr == ("scoring.py: error: --evaluate grades predictions and takes only --dataset, --json and "
                              "--report-dir, not --n, --seed, --overlays\n")
+
+
+def test_help_says_a_prediction_may_name_its_item_by_index():
+    help_text = " ".join(scoring.build_parser().format_help().split())  # as wrapped at any terminal width
+    assert '"index": N may stand for "image", or both if they agree' in help_text
 
 
 def test_creation_py_forwards_evaluation_with_its_own_name(tiny, tmp_path):
