@@ -36,6 +36,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -74,15 +75,29 @@ MAX_IMAGE_PIXELS = 1 << 25  # ~5800 x 5800 (128 MB as RGB): a larger width x hei
 TSV_COLUMNS = ("index", "image", "question", "answer", "num_loops")
 TSV_HEADER = "\t".join(TSV_COLUMNS)  # also the TSV's mark: a file starting with this line is an earlier export
 
+# The config (data.json's) the budgeted figures were measured on: creation.py 2.3.0's defaults, n and seed aside.
+DEFAULT_SETTINGS_2_3_0 = {
+    "min_loops": 5, "max_loops": 11, "answers": "equal", "original_shapes": False,
+    "min_radius": 150.0, "max_radius": 275.0, "min_waypoints": 6, "max_waypoints": 10,
+    "angle_jitter": 0.42, "radius_jitter": 0.32, "points_per_loop": 900, "size": 1024,
+    "interior_margin": 55.0, "stroke_width": 3.0, "min_gap": 9.0, "parallel_gap": 15.0,
+    "max_parallel_run": 40.0, "min_crossing_angle": 30.0, "min_crossing_separation": 12.0,
+    "min_same_pair_separation": 30.0, "min_curvature_radius": 8.0, "min_curl_px": 60.0,
+    "loop_attempts": 400, "sample_restarts": 25,
+}
+AUDIT_FREE_FIELDS = ("n", "seed")  # another seed or n only draws more images of the distribution the figures describe
+
 # The shortcut audit (tests/shortcuts.py) for each mode, as shown in the card: accuracy of predicting N
 # from cheap image statistics on held-out images. None renders as "not measured yet"; fill the numbers in
-# from the latest audit (each a fraction in [0, 1], images = the audited set's size, commit = where measured).
+# from the latest audit (each a fraction in [0, 1], images = the audited set's size, commit = where measured,
+# generator_version and settings = what they describe: a card quotes them only for a dataset made alike).
 AUDIT_FIGURES = {
     "budgeted": {"images": 500, "commit": "generator 2.3.0, --n 500 --seed 0",
+                 "generator_version": "2.3.0", "settings": DEFAULT_SETTINGS_2_3_0,
                  "chance_exact": 0.143, "chance_within_one": 0.388,
                  "best_single_exact": 0.164, "best_single_within_one": 0.472,
                  "combined_exact": 0.284, "combined_within_one": 0.668},
-    "original shapes": {"images": None, "commit": None,
+    "original shapes": {"images": None, "commit": None, "generator_version": None, "settings": None,
                         "chance_exact": None, "chance_within_one": None,
                         "best_single_exact": None, "best_single_within_one": None,
                         "combined_exact": None, "combined_within_one": None},
@@ -231,8 +246,9 @@ def read_source(root: Path) -> SourceDataset:
     return SourceDataset(root, header, records, annotations)
 
 
-def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str:
-    """SHA-256 of the image's RGB pixels, decoding only a PNG of the size its record states."""
+def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str | None:
+    """SHA-256 of the image's RGB pixels, decoding only a PNG of the size its record states; None if Pillow
+    cannot decode it."""
     width, height = record["width"], record["height"]
     if not (0 < width and 0 < height and width * height <= MAX_IMAGE_PIXELS):
         raise ExportError(f"{path}: its record says {width} x {height} px, outside what this exporter decodes")
@@ -249,21 +265,38 @@ def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise ExportError(f"{path} claims far more pixels than its record's {width} x {height} "
                           "(a decompression bomb?)") from None
-    except Exception as error:  # Pillow reports a damaged or hostile file by many exception types
-        raise ExportError(f"{path} is not a readable PNG ({type(error).__name__}: {error})") from None
+    except Exception:  # Pillow reports a damaged or hostile file by many exception types, none worth showing
+        return None
+
+
+def rerun_command(source: SourceDataset) -> str:
+    """The command that made the dataset, aimed at its folder: a rerun redraws each image unlike its record."""
+    return f"{source.header['command']} --out {shlex.quote(os.path.abspath(source.root))}"
 
 
 def checked_images(source: SourceDataset, quiet: bool) -> Iterator[tuple[dict, bytes]]:
     """(record, PNG bytes) in record order, each image's pixels checked against its record's pixel_sha256."""
     from tqdm import tqdm  # only for the progress bar
 
-    for record in tqdm(source.records, desc="images", unit="img", disable=quiet, file=sys.stderr):
-        path = inside(source.root, record["image"])
-        png = read_regular_file(path, MAX_IMAGE_BYTES)
-        if decoded_pixels_sha256(png, path, record) != record["pixel_sha256"]:
-            raise ExportError(f"{path} is not the image its record describes (pixel_sha256 differs): "
-                              "regenerate the dataset")
-        yield record, png
+    # Updated by hand: a tqdm iterator closes itself, drawing its line for good, before an error reaches except.
+    with tqdm(total=len(source.records), desc="images", unit="img", disable=quiet, file=sys.stderr) as bar:
+        try:
+            for record in source.records:
+                path = inside(source.root, record["image"])
+                png = read_regular_file(path, MAX_IMAGE_BYTES)
+                sha256 = decoded_pixels_sha256(png, path, record)
+                if sha256 is None:
+                    raise ExportError(f"{record['image']} is not a readable image of this dataset (damaged?); "
+                                      f"rerun the command that made the dataset to redraw it: {rerun_command(source)}")
+                if sha256 != record["pixel_sha256"]:
+                    raise ExportError(f"{record['image']} is not the image its record describes (pixel_sha256 "
+                                      f"differs); rerun the command that made the dataset to redraw it: "
+                                      f"{rerun_command(source)}")
+                bar.update()
+                yield record, png
+        except BaseException:
+            bar.leave = False  # erase the half-drawn bar, so the error is the only line left
+            raise
 
 
 # ---------------------------------------------------------------------------
@@ -477,8 +510,21 @@ def percent(value) -> str:
     return "not measured yet" if value is None else f"{100 * value:.0f} %"
 
 
-def audit_section(mode: str) -> list[str]:
+def audit_describes(figures: dict, header: dict) -> bool:
+    """Whether the figures were measured by this dataset's generator version on its settings (n and seed aside)."""
+    settings = {name: value for name, value in header["config"].items() if name not in AUDIT_FREE_FIELDS}
+    return figures.get("generator_version") == header.get("generator_version") and figures.get("settings") == settings
+
+
+def audit_section(mode: str, header: dict) -> list[str]:
     figures = AUDIT_FIGURES.get(mode, {})
+    at = f" ({figures['commit']})" if figures.get("commit") else ""
+    if figures.get("images") and not audit_describes(figures, header):
+        return ["## Shortcut audit", "",
+                f"The generator's shortcut-audit figures for `{mode}` mode were measured on that mode's default "
+                f"settings{at} and do not describe this dataset, which was made with other settings or another "
+                "generator version. To audit it, run `python tests/shortcuts.py DIR` from the generator's "
+                "repository, DIR being the folder creation.py wrote.", ""]
     lines = ["## Shortcut audit", "",
              f"How well cheap image statistics (ink, faces, skeleton, curvature, endpoints) predict the count "
              f"in `{mode}` mode, fitted on half of an audit set and scored on the other half "
@@ -489,7 +535,6 @@ def audit_section(mode: str) -> list[str]:
         lines.append(f"| {label} | {percent(figures.get(f'{key}_exact'))} | "
                      f"{percent(figures.get(f'{key}_within_one'))} |")
     if figures.get("images"):
-        at = f" ({figures['commit']})" if figures.get("commit") else ""
         lines += ["", f"Measured on {figures['images']} images{at}."]
     return lines + [""]
 
@@ -528,7 +573,7 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
         "## Answer histogram", "", "| loops | images |", "| --- | --- |",
         *[f"| {count} | {images} |" for count, images in
           sorted(header["answer_histogram"].items(), key=lambda item: int(item[0]))], "",
-        *audit_section(mode),
+        *audit_section(mode, header),
         "## Evaluating", "",
         "Ask each image the question, keep the model's whole reply, and write one JSON line per image, "
         '`{"index": 0, "response": "...reply text..."}` (or `"image": "images/tangled_loops_00000.png"` in '

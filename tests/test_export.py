@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -154,14 +155,50 @@ def test_card_says_question_command_histogram_and_how_to_evaluate(hub, dataset):
 
 
 def test_card_shows_the_audit_figures_of_its_mode(dataset, tmp_path, monkeypatch):
-    figures = dict({key: None for key in export.AUDIT_FIGURES["budgeted"]}, images=300, chance_exact=0.143,
-                   combined_exact=0.85)
+    figures = dict(export.AUDIT_FIGURES["budgeted"], images=300, commit=None, chance_exact=0.143,
+                   chance_within_one=None, combined_exact=0.85)  # measured on the same settings as before
     monkeypatch.setitem(export.AUDIT_FIGURES, "budgeted", figures)
     out = tmp_path / "hub"
     assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet"]) == 0
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "| chance | 14 % | not measured yet |" in card
     assert "| model over all statistics | 85 % |" in card and "Measured on 300 images." in card
+
+
+def test_a_card_of_the_default_settings_quotes_the_measured_figures(hub):
+    """The fixture's seed and n differ from the audited run's, its settings do not: the figures describe it."""
+    figures = export.AUDIT_FIGURES["budgeted"]
+    card = (hub / "README.md").read_text(encoding="utf-8")
+    assert (f"| chance | {export.percent(figures['chance_exact'])} | "
+            f"{export.percent(figures['chance_within_one'])} |") in card
+    assert f"Measured on {figures['images']} images" in card
+
+
+def few_loops_dataset(dataset: Path, tmp_path: Path) -> Path:
+    d = tmp_path / "few_loops"
+    assert creation.main(["--n", "4", "--min-loops", "3", "--max-loops", "6", "--out", str(d), "--quiet",
+                          "--workers", "1"]) == 0
+    return d
+
+
+def older_generator_copy(dataset: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "older"
+    shutil.copytree(dataset, copy)
+    document = json.loads((copy / "data.json").read_text(encoding="utf-8"))
+    document["generator_version"] = "2.2.0"  # the same flags, another generator's pixels
+    (copy / "data.json").write_text(json.dumps(document), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.parametrize("make", [few_loops_dataset, older_generator_copy], ids=lambda f: f.__name__)
+def test_a_card_of_other_settings_says_the_audit_does_not_describe_it(make, dataset, tmp_path):
+    """A reviewer's --min-loops 3 --max-loops 6 export said "chance 14 %"; its chance is 25 %."""
+    source = make(dataset, tmp_path)
+    out = tmp_path / "hub"
+    assert export.main(["--export-hub", str(out), "--dataset", str(source), "--quiet"]) == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "## Shortcut audit" in card and "| chance |" not in card and "Measured on" not in card
+    assert "do not describe this dataset" in card and "`python tests/shortcuts.py DIR`" in card
 
 
 def test_the_hub_folder_can_be_graded_with_evaluate(hub, dataset, records, tmp_path, capsys):
@@ -359,7 +396,7 @@ def png_of_another_size(d: Path) -> str:
 
 def not_a_png(d: Path) -> str:
     (d / "images" / "tangled_loops_00000.png").write_bytes(b"GIF89a" + bytes(100))
-    return "tangled_loops_00000.png is not a readable PNG"
+    return "images/tangled_loops_00000.png is not a readable image of this dataset"
 
 
 def symlink_out_of_the_folder(d: Path) -> str:
@@ -430,6 +467,26 @@ def test_a_damaged_dataset_is_refused_naming_the_bad_file(damage, command, datas
     err = run_refused([command, str(target), "--dataset", str(broken)], capsys)
     assert expected in err
     assert list(target.parent.iterdir()) == []  # neither the export nor a staging leftover
+
+
+@pytest.mark.parametrize("command", ["--export-hub", "--export-vlmevalkit"])
+def test_a_junk_image_gets_one_line_naming_it_and_the_rerun_that_redraws_it(command, dataset, tmp_path, capsys):
+    """Junk bytes at an image printed a half-drawn bar, then Pillow's `cannot identify image file <_io.BytesIO ...>`."""
+    broken = broken_copy(dataset, tmp_path)
+    (broken / "images" / "tangled_loops_00003.png").write_bytes(bytes(range(256)) * 12)
+    target = tmp_path / "exports" / ("hub" if command == "--export-hub" else "loops.tsv")
+    target.parent.mkdir()
+    assert export.main([command, str(target), "--dataset", str(broken)]) == 2  # with the progress bar
+    err = capsys.readouterr().err
+    line = err.split("\r")[-1]  # what the terminal shows once the bar has been erased
+    assert err.count("\n") == 1 and line.startswith(
+        "export.py: error: images/tangled_loops_00003.png is not a readable image of this dataset"), err
+    assert "BytesIO" not in line
+    assert list(target.parent.iterdir()) == []  # neither the export nor a staging leftover
+    rerun = shlex.split(line.split(" to redraw it: ")[1])
+    assert rerun[:2] == ["python", "creation.py"]
+    assert creation.main(rerun[2:] + ["--quiet", "--workers", "1"]) == 0  # the advice works
+    assert export.main([command, str(target), "--dataset", str(broken), "--quiet"]) == 0
 
 
 def test_a_failure_while_replacing_keeps_the_earlier_export(hub, dataset, tmp_path, monkeypatch):
