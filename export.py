@@ -36,6 +36,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -89,15 +90,15 @@ AUDIT_FREE_FIELDS = ("n", "seed")  # another seed or n only draws more images of
 
 # The shortcut audit (tests/shortcuts.py) for each mode, as shown in the card: accuracy of predicting N
 # from cheap image statistics on held-out images. None renders as "not measured yet"; fill the numbers in
-# from the latest audit (each a fraction in [0, 1], images = the audited set's size, commit = where measured,
+# from the latest audit (each a fraction in [0, 1], images = the audited set's size, measured_on = the run audited,
 # generator_version and settings = what they describe: a card quotes them only for a dataset made alike).
 AUDIT_FIGURES = {
-    "budgeted": {"images": 500, "commit": "generator 2.3.0, --n 500 --seed 0",
+    "budgeted": {"images": 500, "measured_on": "generator 2.3.0, --n 500 --seed 0",
                  "generator_version": "2.3.0", "settings": DEFAULT_SETTINGS_2_3_0,
                  "chance_exact": 0.143, "chance_within_one": 0.388,
                  "best_single_exact": 0.164, "best_single_within_one": 0.472,
                  "combined_exact": 0.284, "combined_within_one": 0.668},
-    "original shapes": {"images": None, "commit": None, "generator_version": None, "settings": None,
+    "original shapes": {"images": None, "measured_on": None, "generator_version": None, "settings": None,
                         "chance_exact": None, "chance_within_one": None,
                         "best_single_exact": None, "best_single_within_one": None,
                         "combined_exact": None, "combined_within_one": None},
@@ -246,9 +247,12 @@ def read_source(root: Path) -> SourceDataset:
     return SourceDataset(root, header, records, annotations)
 
 
-def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str | None:
-    """SHA-256 of the image's RGB pixels, decoding only a PNG of the size its record states; None if Pillow
-    cannot decode it."""
+class BadImage(Exception):
+    """An image file unlike its record, said in a few words after its name: the generator redraws it on a rerun."""
+
+
+def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str:
+    """SHA-256 of the image's RGB pixels, decoding only a PNG of the size its record states."""
     width, height = record["width"], record["height"]
     if not (0 < width and 0 < height and width * height <= MAX_IMAGE_PIXELS):
         raise ExportError(f"{path}: its record says {width} x {height} px, outside what this exporter decodes")
@@ -257,21 +261,33 @@ def decoded_pixels_sha256(png: bytes, path: Path, record: dict) -> str | None:
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(png), formats=["PNG"]) as image:
                 if image.size != (width, height):
-                    raise ExportError(f"{path} is {image.size[0]} x {image.size[1]} px, "
-                                      f"its record says {width} x {height}")
+                    raise BadImage(f"is {image.size[0]} x {image.size[1]} px, its record says {width} x {height}")
                 return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
-    except ExportError:
+    except BadImage:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise ExportError(f"{path} claims far more pixels than its record's {width} x {height} "
-                          "(a decompression bomb?)") from None
+        raise BadImage(f"claims far more pixels than its record's {width} x {height} (a decompression bomb?)") from None
     except Exception:  # Pillow reports a damaged or hostile file by many exception types, none worth showing
-        return None
+        raise BadImage("is not a readable image of this dataset (damaged?)") from None
 
 
-def rerun_command(source: SourceDataset) -> str:
-    """The command that made the dataset, aimed at its folder: a rerun redraws each image unlike its record."""
-    return f"{source.header['command']} --out {shlex.quote(os.path.abspath(source.root))}"
+PLAIN_WORD = re.compile(r"^(--[a-z][a-z-]*|[\w.+-]+)$")  # a flag or a plain value: nothing a shell would act on
+
+
+def redraw_advice(source: SourceDataset) -> str:
+    """How to redraw an image unlike its record: data.json's command aimed at the dataset's folder, run by
+    the generator version that made it, when that command is plain flags and values (it is only read)."""
+    version = source.header.get("generator_version")
+    try:
+        words = shlex.split(str(source.header.get("command", "")))
+    except ValueError:
+        words = []
+    plain = (words[:2] == ["python", "creation.py"] and all(PLAIN_WORD.match(word) for word in words[2:])
+             and all(a.startswith("--") or b.startswith("--") for a, b in zip(words[2:], words[3:])))
+    if not plain:
+        return f"rerun the command that made the dataset (generator {version}) to redraw it"
+    folder = shlex.quote(os.path.abspath(source.root))
+    return f"rerun the command that made the dataset (generator {version}) to redraw it: {shlex.join(words)} --out {folder}"
 
 
 def checked_images(source: SourceDataset, quiet: bool) -> Iterator[tuple[dict, bytes]]:
@@ -283,15 +299,14 @@ def checked_images(source: SourceDataset, quiet: bool) -> Iterator[tuple[dict, b
         try:
             for record in source.records:
                 path = inside(source.root, record["image"])
-                png = read_regular_file(path, MAX_IMAGE_BYTES)
-                sha256 = decoded_pixels_sha256(png, path, record)
-                if sha256 is None:
-                    raise ExportError(f"{record['image']} is not a readable image of this dataset (damaged?); "
-                                      f"rerun the command that made the dataset to redraw it: {rerun_command(source)}")
-                if sha256 != record["pixel_sha256"]:
-                    raise ExportError(f"{record['image']} is not the image its record describes (pixel_sha256 "
-                                      f"differs); rerun the command that made the dataset to redraw it: "
-                                      f"{rerun_command(source)}")
+                try:
+                    png = read_regular_file(path, MAX_IMAGE_BYTES)
+                    if decoded_pixels_sha256(png, path, record) != record["pixel_sha256"]:
+                        raise BadImage("is not the image its record describes (pixel_sha256 differs)")
+                except BadImage as problem:
+                    raise ExportError(f"{record['image']} {problem}; {redraw_advice(source)}") from None
+                except ExportError as problem:  # missing, or not a regular file: a rerun redraws it too
+                    raise ExportError(f"{problem}; {redraw_advice(source)}") from None
                 bar.update()
                 yield record, png
         except BaseException:
@@ -518,7 +533,7 @@ def audit_describes(figures: dict, header: dict) -> bool:
 
 def audit_section(mode: str, header: dict) -> list[str]:
     figures = AUDIT_FIGURES.get(mode, {})
-    at = f" ({figures['commit']})" if figures.get("commit") else ""
+    at = f" ({figures['measured_on']})" if figures.get("measured_on") else ""
     if figures.get("images") and not audit_describes(figures, header):
         return ["## Shortcut audit", "",
                 f"The generator's shortcut-audit figures for `{mode}` mode were measured on that mode's default "

@@ -155,7 +155,7 @@ def test_card_says_question_command_histogram_and_how_to_evaluate(hub, dataset):
 
 
 def test_card_shows_the_audit_figures_of_its_mode(dataset, tmp_path, monkeypatch):
-    figures = dict(export.AUDIT_FIGURES["budgeted"], images=300, commit=None, chance_exact=0.143,
+    figures = dict(export.AUDIT_FIGURES["budgeted"], images=300, measured_on=None, chance_exact=0.143,
                    chance_within_one=None, combined_exact=0.85)  # measured on the same settings as before
     monkeypatch.setitem(export.AUDIT_FIGURES, "budgeted", figures)
     out = tmp_path / "hub"
@@ -592,3 +592,20 @@ def test_an_export_leaves_lookalike_files_that_are_not_its_staging(dataset, tmp_
     os.mkfifo(tmp_path / ".hub_loops.export-y.lock")
     assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet"]) == 0
     assert all(path.read_text() == "mine" for path in (notes, notes_lock, wrong_type, wrong_type_lock))
+
+
+@pytest.mark.parametrize("command, shown", [
+    ("python creation.py --n 7 --seed 3", "python creation.py --n 7 --seed 3 --out "),
+    ("python creation.py --n 7; rm -rf ~", None),  # a hand-edited data.json: its command is not offered
+    ("make dataset", None),
+])
+def test_the_redraw_advice_offers_only_a_plain_generator_command_and_names_the_version(command, shown, dataset,
+                                                                                        tmp_path, capsys):
+    broken = broken_copy(dataset, tmp_path)
+    document = json.loads((broken / "data.json").read_text(encoding="utf-8"))
+    document.update(command=command, generator_version="2.2.0")  # made by another generator: say which
+    (broken / "data.json").write_text(json.dumps(document), encoding="utf-8")
+    (broken / "images" / "tangled_loops_00002.png").unlink()  # a missing image is redrawn by a rerun too
+    err = run_refused(["--export-vlmevalkit", str(tmp_path / "loops.tsv"), "--dataset", str(broken)], capsys)
+    assert "tangled_loops_00002.png is missing; rerun the command that made the dataset (generator 2.2.0)" in err
+    assert (shown in err) if shown else (" to redraw it\n" in err and "rm -rf" not in err)
