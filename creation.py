@@ -2401,10 +2401,11 @@ def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecord
     return drawn, first_record
 
 
-def forget_empty_attempt(cfg: Config, out_dir: Path, shard: Shard, made_images: bool) -> None:
+def forget_empty_attempt(cfg: Config, out_dir: Path, shard: Shard, made: list[Path]) -> None:
     """After settings that cannot draw a sample, remove a journal that holds no record while no image of
-    the shard is on disk, and the images folder a whole run made: else the rerun the error suggests, with
-    other settings, would be refused as a different dataset although the folder holds nothing of it."""
+    the shard is on disk, and the empty folders a whole run made (made, deepest first): else the rerun
+    the error suggests, with other settings, would be refused as a different dataset although the folder
+    holds nothing of it."""
     path = journal_path(out_dir, shard)
     with open_regular(path) as lines:
         records = sum(1 for line in lines if line.strip()) - 1  # the first line is the config
@@ -2412,9 +2413,10 @@ def forget_empty_attempt(cfg: Config, out_dir: Path, shard: Shard, made_images: 
     if records > 0 or any(owns_sample_file(cfg, shard, entry.name) for entry in os.scandir(images)):
         return  # another worker's image, written before the failure: the journal keeps this dataset's claim
     remove_entry(out_dir, path)
-    if made_images and shard == WHOLE_RUN:  # a shard's run shares the folder with the others
-        with contextlib.suppress(OSError):
-            images.rmdir()
+    if shard == WHOLE_RUN:  # a shard's run shares the folder with the others
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: kept
+                folder.rmdir()
 
 
 def owns_sample_file(cfg: Config, shard: Shard, name: str) -> bool:
@@ -2444,7 +2446,8 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         refuse_non_files_at_targets(out_dir, shard, folders)
         survey = survey_folder(cfg, out_dir, shard)
         refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
-        made_images = not os.path.lexists(out_dir / IMAGES_DIR)
+        subfolders = [IMAGES_DIR, f"{REVIEW_DIR}/overlays", REVIEW_DIR, SCENES_DIR]  # deepest first
+        made_inside = [out_dir / name for name in subfolders if not os.path.lexists(out_dir / name)]
         (out_dir / IMAGES_DIR).mkdir(exist_ok=True)  # only now: a refused run leaves no empty folder behind
         if survey.damaged_journal:
             remove_damaged_journal(out_dir, shard)
@@ -2459,7 +2462,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         try:
             drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
         except PlacementError:
-            forget_empty_attempt(cfg, out_dir, shard, made_images)
+            forget_empty_attempt(cfg, out_dir, shard, made_inside)
             raise
 
         def records() -> Iterator[dict]:

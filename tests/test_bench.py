@@ -11,7 +11,7 @@ BENCH = Path(__file__).with_name("bench.py")
 
 @pytest.mark.slow
 def test_quick_bench_prints_every_row():
-    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--repeats", "1", "--images", "2"],
+    out = subprocess.run([sys.executable, str(BENCH), "--quick", "--repeats", "1", "--process-rounds", "1", "--images", "2"],
                          capture_output=True, text=True, check=True).stdout
     for row in ("whole processes", "creation's lead (creation images/s", "by round (round r runs --seed r)", "in process", "tests/plain.py make_image",
                 "issue 14, default / --original-shapes", "start-up", "python creation.py --help",

@@ -971,18 +971,21 @@ def test_the_export_marker_is_the_one_export_py_writes():
     assert creation.EXPORT_MARKER_FILE == export.MARKER_FILE
 
 
+@pytest.mark.parametrize("extras", [{}, {"overlays": True, "scenes": True}])
 @pytest.mark.parametrize("fails", ["placement", "refusal"])
-def test_a_failed_or_refused_run_removes_the_folders_it_made(fails, tmp_path, monkeypatch):
+def test_a_failed_or_refused_run_removes_the_folders_it_made(fails, extras, tmp_path, monkeypatch):
     def impossible(cfg, index):
         raise creation.PlacementError(f"sample {index}: ...")
 
+    def refused(*args):
+        raise creation.BadOutput("refused")
+
     monkeypatch.setattr(creation, "make_sample", impossible)
-    out = tmp_path / "new" / "deeper"
     if fails == "refusal":  # a run refused inside the lock, after the folder was made
-        monkeypatch.setattr(creation, "refuse_non_files_at_targets",
-                            lambda *args: (_ for _ in ()).throw(creation.BadOutput("refused")))
+        monkeypatch.setattr(creation, "refuse_non_files_at_targets", refused)
     with pytest.raises((creation.PlacementError, creation.BadOutput)):
-        creation.generate_dataset(creation.Config(n=4, seed=3), out, workers=1, quiet=True)
+        creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path / "new" / "deeper", workers=1,
+                                  quiet=True, **extras)
     assert listing(tmp_path) == []
 
 
