@@ -17,6 +17,7 @@ import argparse
 import bisect
 import csv
 import io
+import itertools
 import json
 import math
 import os
@@ -163,8 +164,9 @@ _OTHER_TALLY_BEFORE = re.compile(
 _IF_AFTER = re.compile(r"[ \t*_]*(?:[a-z]+[ \t]+){0,2}if\b", re.IGNORECASE)
 _IF_BEFORE = re.compile(r"\bif\b[^.!?;,\n]*$", re.IGNORECASE)
 # A claim: a count stated as a total ("7 in total", "making 7", "= 7", "7 loops:
-# 2 red, ...") or asserted ("There are 7", "I count 7", "the image contains 7"),
-# as against one that describes ("2 loops are nested", "3 are visible").
+# 2 red, ...") or asserted ("There are 7", "I count 7", "the image contains 7",
+# and a commitment such as "I'll go with 7" or "I'd say 7"), as against one that
+# describes ("2 loops are nested", "3 are visible").
 _TOTAL_AFTER = re.compile(
     rf"[ \t*_]*(?:{_LOOP_NOUN}[ \t*_]+)?(?:in[ \t]+total|in[ \t]+all|altogether|overall|total)\b"
     rf"|[ \t*_]*{_LOOP_NOUN}[ \t*_]*:",
@@ -175,6 +177,8 @@ _TOTAL_BEFORE = re.compile(
 _ASSERTED_BEFORE = re.compile(
     r"(?:\bthere\s+(?:are|is|were)|\bthere're|\bI\s+(?:can\s+)?(?:count(?:ed)?|see|saw|find|found|identif(?:y|ied)"
     r"|detect(?:ed)?|observed?|traced?)|\b(?:contains?|shows?|depicts?|out\s+of\s+the)"
+    r"|\bI(?:['’](?:ll|d)|\s+(?:will|would))\s+(?:go\s+with|say|settle\s+on|stick\s+with)"
+    r"|\bI(?:['’]m|\s+am)\s+going\s+with"
     r"|\b(?:image|picture|tangle|drawing)\s+(?:has|holds))"
     r"[ \t]+(?:(?:exactly|only|just|about|approximately|roughly|around|precisely|a\s+total\s+of)[ \t]+)?[*_]*$",
     re.IGNORECASE)
@@ -398,16 +402,31 @@ _ALTERNATIVE_GAP = re.compile(
     r"(?:(?:maybe|possibly|perhaps|probably)\s*)?",
     re.IGNORECASE,
 )
-# Softer second candidates, "7, possibly 8", "7 loops (maybe 8)", "7, though it could be 8",
-# hedge only when the second number ends the thought: "7 (possibly 2 are hidden)" does not.
+# Softer second candidates hedge only when the second number ends the thought
+# ("7 (possibly 2 are hidden)" does not): right after the first count, "7, possibly 8",
+# "7 loops (maybe 8)", "7, though it could be 8", ...
 _MAYBE_GAP = re.compile(
     _AFTER_FIRST_COUNT + r"(?:(?:but|though|although|or)\s+)?"
     r"(?:maybe|possibly|perhaps|(?:it\s+)?(?:could|might)\s+(?:also\s+)?be)[ \t*_()$]*",
     re.IGNORECASE,
 )
+# ... or opening a later clause, whatever stands between: "7 loops, although I'm not sure —
+# maybe 8", "10 loops. However, ..., so it could be 11", "there may be 8". A modal needs "it",
+# "there" or "that" (or a sentence start) before it: in "Loop 3 might be 2 loops" a part is hedged.
+_LATER_HEDGE = re.compile(
+    r"(?:(?:[,;:.!?(—–]|\s-|\b(?:so|but|or|though|although|and))[\s*_]*(?:maybe|possibly|perhaps)"
+    r"|(?:\b(?:it|there|that)|[.!?;:—–]|\s-)[\s*_]*(?:could|might|may)\s+(?:also\s+|well\s+)?be)[ \t*_()$]*\Z",
+    re.IGNORECASE,
+)
+_HEDGE_CHARS = 40  # how far back from a later count _LATER_HEDGE looks
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")  # a note after a blank line is a caveat ("Answer: 7\n\nNote: ...")
 _ENDS_AFTER = re.compile(rf"[ \t*_]*(?:{_LOOP_NOUN}[ \t*_]*)?(?:[)\].,;:!?\n]|$)", re.IGNORECASE)
 _AND_GAP = re.compile(r"[\s*_]*and[\s*_]*", re.IGNORECASE)
 _BETWEEN_BEFORE = re.compile(r"\bbetween[\s*_]*$", re.IGNORECASE)
+# Two counts of loops joined by "and", the second ending the thought, are the parts of a
+# total the reply never states: "5 large loops and 2 small loops" (not "7 loops and 2 loops overlap").
+_BREAKDOWN_GAP = re.compile(rf"[ \t*_]+{_LOOP_NOUN}[ \t*_]*,?[ \t]*and[ \t*_]+", re.IGNORECASE)
+_LOOPS_END_AFTER = re.compile(rf"[ \t*_]+{_LOOP_NOUN}[ \t*_]*(?:[)\].,;:!?\n]|$)", re.IGNORECASE)
 # A bound is not a count: "at least 7", "more than 6", "there are >6", "7+", "7 loops or more",
 # "7, possibly more".
 # Only a free-standing "<"/">" is one: not a tag ("<answer>7"), an arrow
@@ -422,6 +441,15 @@ _BOUND_AFTER = re.compile(
     r"|(?:possibly|maybe|perhaps)\s+more\b)",
     re.IGNORECASE,
 )
+
+
+def _hedges_later_count(text, a, b):
+    """Whether b, a count after a, is a second candidate that a hedge opening a later clause
+    names ("10 loops. However, ..., so it could be 11")."""
+    if a.value == b.value or a.names_other_thing or b.names_other_thing:
+        return False
+    hedge = _LATER_HEDGE.search(text, max(a.end, b.start - _HEDGE_CHARS), b.start)
+    return bool(hedge and _ENDS_AFTER.match(text, b.end))
 
 
 def _committed_value(text, numbers, i):
@@ -440,8 +468,20 @@ def _committed_value(text, numbers, i):
         gap = text[a.end:b.start]
         if _ALTERNATIVE_GAP.fullmatch(gap) or (_MAYBE_GAP.fullmatch(gap) and _ENDS_AFTER.match(text, b.end)):
             return None
+        if _BREAKDOWN_GAP.fullmatch(gap) and _LOOPS_END_AFTER.match(text, b.end):
+            return None
         if _AND_GAP.fullmatch(gap) and _BETWEEN_BEFORE.search(text[max(0, a.start - 20):a.start]):
             return None
+    # Within the chosen count's paragraph: a count naming a second candidate after it, or the one before it
+    # when the chosen count is itself that candidate ("10 loops. However, ..., so it could be 11").
+    breaks = [m.start() for m in _PARAGRAPH_BREAK.finditer(text)]
+    after = bisect.bisect_left(breaks, chosen.end)
+    paragraph_start = breaks[after - 1] if after else -1
+    paragraph_end = breaks[after] if after < len(breaks) else len(text)
+    same_paragraph = itertools.takewhile(lambda b: b.start < paragraph_end, numbers[i + 1:])
+    if (i and numbers[i - 1].end > paragraph_start and _hedges_later_count(text, numbers[i - 1], chosen)
+            or any(_hedges_later_count(text, chosen, b) for b in same_paragraph)):
+        return None
     if chosen.conditional and any(n.conditional and n.value != chosen.value for n in numbers):
         return None  # "4 loops if ..., or 5 if ...": alternatives
     return int(chosen.value)

@@ -287,6 +287,39 @@ CASES = [
     ("<think>The answer is 6.</think>", None),
     ("I need to think about this. <think> is not needed. There are 7 loops.", 7),  # not a draft: not at the start
     ("There are " + "7" * 400 + " loops.", None),  # a model stuck repeating: no count, and no crash
+    # --- from a grading review: a commitment after the counts is asserted ...
+    ("I counted 5 loops on the first pass and 6 on the second; I'll go with 6.", 6),
+    ("I counted 5 loops on the first pass and 6 on the second; I'd go with 6.", 6),
+    ("I counted 5 loops on the first pass and 6 on the second; my final answer is 6.", 6),
+    ("First pass: 5 loops. Second pass: 6 loops. I'll go with 6.", 6),
+    ("There are 6 or 7 loops; I'd say 7.", 7),
+    ("There are 6 or 7 loops. I would say 6.", 6),
+    ("I see 7 loops, maybe 8. I'm going with 8.", 8),
+    ("It's either 5 or 6 loops; I'll stick with 6.", 6),
+    ("Top half: I'd say 3 loops. Bottom half: 4 more. So there are 7 loops.", 7),  # a later claim still wins
+    ("I'll go with 7 or 8.", None),
+    # ... a hedge opening a later clause names a second candidate ...
+    ("Answer: 6 loops, although I'm not fully sure — maybe 7.", None),
+    ("There are 10 closed loops. However, some crossings are ambiguous, so it could be 11.", None),
+    ("There are 10 loops. Two strands are hard to separate, so it might be 11.", None),
+    ("I count 8 loops; the top is unclear, possibly 9.", None),
+    ("Answer: 7 loops. The knot on the left is tricky; there may be 8.", None),
+    ("I count 7 loops. Loop 3 might be 2 separate loops, which would give 8.", 7),  # a part's hedge, not the count's
+    ("There are 7 loops. Perhaps 2 of them are nested.", 7),
+    ("There are 7 loops. Loop 4, however, might be 2.", 7),
+    ("Answer: 7\n\nThe knot at the bottom is tricky; it might be 2 loops.", 7),  # a note after a blank line
+    ("There are 7 loops. Wait, it could be 8.", None),  # a hedged correction commits to neither
+    ("There are 5 ... no, 7 loops. The tangle is dense, so it could be 8.", None),
+    ("There are 5 ... no, 7 loops, not 8.", 7),
+    # ... and two counts of kinds of loops joined by "and" are a breakdown with no total
+    ("There are 5 large loops and 2 small loops.", None),
+    ("I count 4 red loops and 3 blue loops.", None),
+    ("There are 3 inner loops and 4 outer loops.", None),
+    ("I see five big loops, and two tiny loops.", None),
+    ("There are 5 large loops and 2 small loops, 7 in total.", 7),
+    ("There are 12 crossings and 10 loops.", 10),
+    ("12 crossings and 10 loops", 10),
+    ("There are 7 loops and 2 loops overlap at the top.", 7),
     # --- two candidates or a range: no commitment
     ("The answer is 7 or 8", None),
     ("Answer: 7 or 8. I lean towards 7.", None),
