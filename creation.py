@@ -1593,17 +1593,20 @@ def missing_folders(out_dir: Path) -> list[Path]:
     return list(itertools.takewhile(lambda folder: not os.path.lexists(folder), (out_dir, *out_dir.parents)))
 
 
+def remove_empty_folders(folders: list[Path]) -> None:
+    """Remove each of the folders (deepest first) that is empty; one that holds something stays."""
+    for folder in folders:
+        with contextlib.suppress(OSError):  # a journal to resume from, an image, or files of someone else's
+            folder.rmdir()
+
+
 @contextlib.contextmanager
 def removed_if_left_empty(folders: list[Path]) -> Iterator[None]:
     """If the run fails, remove the folders it made (deepest first) that it left empty."""
     try:
         yield
     except BaseException:
-        for folder in folders:
-            try:
-                folder.rmdir()
-            except OSError:  # it holds something: a journal to resume from, or files of someone else's
-                break
+        remove_empty_folders(folders)
         raise
 
 
@@ -2414,9 +2417,7 @@ def forget_empty_attempt(cfg: Config, out_dir: Path, shard: Shard, made: list[Pa
         return  # another worker's image, written before the failure: the journal keeps this dataset's claim
     remove_entry(out_dir, path)
     if shard == WHOLE_RUN:  # a shard's run shares the folder with the others
-        for folder in made:
-            with contextlib.suppress(OSError):  # not empty: kept
-                folder.rmdir()
+        remove_empty_folders(made)
 
 
 def owns_sample_file(cfg: Config, shard: Shard, name: str) -> bool:
