@@ -443,10 +443,16 @@ _BOUND_AFTER = re.compile(
 )
 
 
+def _two_candidates(a, b):
+    """Whether a and b can be two different answers: "7 (seven)" or "7/7" names one number twice,
+    and "7 loops - 3 big" names a part."""
+    return a.value != b.value and not a.names_other_thing and not b.names_other_thing
+
+
 def _hedges_later_count(text, a, b):
     """Whether b, a count after a, is a second candidate that a hedge opening a later clause
     names ("10 loops. However, ..., so it could be 11")."""
-    if a.value == b.value or a.names_other_thing or b.names_other_thing:
+    if not _two_candidates(a, b):
         return False
     hedge = _LATER_HEDGE.search(text, max(a.end, b.start - _HEDGE_CHARS), b.start)
     return bool(hedge and _ENDS_AFTER.match(text, b.end))
@@ -463,8 +469,8 @@ def _committed_value(text, numbers, i):
         if left < 0 or right >= len(numbers):
             continue
         a, b = numbers[left], numbers[right]
-        if a.value == b.value or a.names_other_thing or b.names_other_thing:
-            continue  # "7 (seven)" or "7/7" names one number twice; "7 loops - 3 big" names a part
+        if not _two_candidates(a, b):
+            continue
         gap = text[a.end:b.start]
         if _ALTERNATIVE_GAP.fullmatch(gap) or (_MAYBE_GAP.fullmatch(gap) and _ENDS_AFTER.match(text, b.end)):
             return None
