@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.3.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.4.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -79,6 +79,7 @@ MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two stro
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
+BEND_WINDOW_PX = 10.0  # arc either side of a crossing over which a strand's bend is held against it
 GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
@@ -176,6 +177,9 @@ class Config:
     min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
                                            "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
+    max_crossing_bend: float = knob(0.5, f"most a strand may turn within {BEND_WINDOW_PX:g} px of arc of a crossing, "
+                                    "as a share of the crossing angle, unless it keeps the curvature it has either side",
+                                    "traceability rules")
     min_curl_px: float = knob(60.0, "least reach of the small lobe a loop makes where it crosses itself, from "
                               "that crossing, px", "traceability rules")
     loop_attempts: int = knob(400, "redraws of one loop before the sample restarts", "traceability rules")
@@ -217,7 +221,8 @@ class Config:
                                  f"{flag(high)} {getattr(self, high)}")
         for name in ("interior_margin", "angle_jitter", "radius_jitter", "min_gap",
                      "min_crossing_separation", "min_same_pair_separation",
-                     "min_curvature_radius", "min_curl_px", "parallel_gap", "max_parallel_run"):
+                     "min_curvature_radius", "min_curl_px", "parallel_gap", "max_parallel_run",
+                     "max_crossing_bend"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{flag(name)} must be non-negative, got {getattr(self, name)}")
         for name in ("min_radius", "stroke_width"):
@@ -559,6 +564,7 @@ class Segments:
     index: np.ndarray  # (S,) position of the segment along its loop
     arc: np.ndarray  # (S,) arc length from the loop's first point to the segment's midpoint, px
     perimeter: np.ndarray  # (S,) length of the segment's loop, px
+    bend_deg: np.ndarray  # (S,) how sharply the loop bends at the segment (strand_bend_deg), degrees
 
     @property
     def mid(self) -> np.ndarray:
@@ -568,13 +574,30 @@ class Segments:
         return len(self.loop)
 
 
+def strand_bend_deg(step: np.ndarray, arc: np.ndarray, perimeter: float) -> np.ndarray:
+    """How sharply one loop bends at each of its segments, as the crossing rules see it, degrees.  (P,)
+
+    step is each segment's end minus its start and arc its midpoint's arc
+    position. The bend is the turn over BEND_WINDOW_PX either side, but no
+    more than twice the part of it beyond the mean turn of the two equal
+    arcs flanking it: the eye follows a strand that keeps its curvature (a
+    curl's lobe) through a crossing, and is misled by one that kinks there.
+    """
+    heading = np.arctan2(step[:, 1], step[:, 0])
+    reach = np.array([-3, -1, 1, 3]) * BEND_WINDOW_PX
+    at = np.searchsorted(arc, np.mod(arc[:, None] + reach, perimeter)) % len(arc)  # (P, 4)
+    # No 20 px arc turns by half a turn (bends are >= 8 px), so each turn wraps into (-pi, pi].
+    before, centre, after = ((np.diff(heading[at], axis=1) + np.pi) % (2 * np.pi) - np.pi).T
+    return np.degrees(np.minimum(np.abs(centre), 2 * np.abs(centre - 0.5 * (before + after))))
+
+
 def loop_segments(points: np.ndarray, loop_id: int) -> Segments:
     end = next_points(points)
     lengths = np.hypot(*(end - points).T)
     arc = np.cumsum(lengths) - 0.5 * lengths
     count = len(points)
     return Segments(points, end, np.full(count, loop_id), np.arange(count), arc,
-                    np.full(count, lengths.sum()))
+                    np.full(count, lengths.sum()), strand_bend_deg(end - points, arc, lengths.sum()))
 
 
 def concat_segments(parts: list[Segments]) -> Segments:
@@ -592,10 +615,11 @@ class Crossings:
     loop_b: np.ndarray
     arc_a: np.ndarray  # (C,) arc position of the crossing segment on loop_a, px
     arc_b: np.ndarray
+    bend_deg: np.ndarray  # (C,) the sharper bend of the two strands there (strand_bend_deg)
 
     @staticmethod
     def empty() -> Crossings:
-        return Crossings(np.zeros((0, 2)), *(np.zeros(0) for _ in range(5)))
+        return Crossings(np.zeros((0, 2)), *(np.zeros(0) for _ in range(6)))
 
     def __len__(self) -> int:
         return len(self.angle_deg)
@@ -692,7 +716,8 @@ def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.nd
     # Order each crossing's sides by loop id so a pair of loops has one key.
     swap = loop_i > loop_j
     return Crossings(point, angle, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
-                     np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j))
+                     np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j),
+                     np.maximum(rows_at(first.bend_deg, i), rows_at(second.bend_deg, j)))
 
 
 def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:
@@ -848,10 +873,21 @@ def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
     return np.maximum(cfg.min_same_pair_separation, lens_px)
 
 
+def bends_misleadingly(bend_deg: np.ndarray, angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
+    """Crossings where a strand bends so sharply that the wrong way through the X looks as smooth.  (C,) bool
+
+    A strand that turns by b beside a crossing at angle a leaves the wrong way
+    only about a - b more crooked than its own (creation.md, "Bends beside a crossing").
+    """
+    return bend_deg > cfg.max_crossing_bend * angle_deg
+
+
 def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, cfg: Config) -> str | None:
     """The first crossing rule the new crossings break, or None."""
     if np.any(new_crossings.angle_deg < cfg.min_crossing_angle):
         return "crossing_angle"
+    if np.any(bends_misleadingly(new_crossings.bend_deg, new_crossings.angle_deg, cfg)):
+        return "crossing_bend"
     too_close, same_pair_close = crossing_separation_faults(old_crossings + new_crossings, len(old_crossings), cfg)
     if too_close:
         return "crossing_separation"
@@ -945,6 +981,8 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
     faults = []
     if np.any(crossings.angle_deg < cfg.min_crossing_angle):
         faults.append("crossing_angle")
+    if np.any(bends_misleadingly(crossings.bend_deg, crossings.angle_deg, cfg)):
+        faults.append("crossing_bend")
     too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
     faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
     for loop_id, points in enumerate(loops):
@@ -994,6 +1032,7 @@ LOOSEN = {  # what to change when most redraws break a rule
                  "or --radius-jitter)",
     "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
     "crossing_angle": "lower --max-loops or --min-crossing-angle",
+    "crossing_bend": "lower --max-loops or raise --max-crossing-bend",
     "crossing_separation": "lower --max-loops or --min-crossing-separation",
     "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
                             "the same two loops must leave a gap of --min-gap between them)",
@@ -1092,17 +1131,20 @@ class PlacementFaults:
 
     crossings: np.ndarray  # (K,) crossings with the tangle
     shallow: np.ndarray  # (K,) bool: some crossing under min_crossing_angle
+    bent: np.ndarray  # (K,) bool: some crossing where a strand bends misleadingly
     crowded: np.ndarray  # (K,) bool: some crossing nearer another than min_crossing_separation
     lens: np.ndarray  # (K,) bool: two crossings with the same loop nearer than same_pair_separation_px
 
     def allowed(self, room: float) -> np.ndarray:
-        return (self.crossings >= 1) & (self.crossings <= room) & ~self.shallow & ~self.crowded & ~self.lens
+        return ((self.crossings >= 1) & (self.crossings <= room) & ~self.shallow & ~self.bent & ~self.crowded
+                & ~self.lens)
 
     def reason(self, room: float) -> str:
         """The rule to blame when no copy passes: in try_add_loop's order, the first that all copies left break."""
         passed = self.crossings >= 1
         for rule, broke in (("disconnected", ~passed), ("crossing_budget", self.crossings > room),
-                            ("crossing_angle", self.shallow), ("crossing_separation", self.crowded)):
+                            ("crossing_angle", self.shallow), ("crossing_bend", self.bent),
+                            ("crossing_separation", self.crowded)):
             if not np.any(passed & ~broke):
                 return rule
             passed &= ~broke
@@ -1123,8 +1165,11 @@ class CopyCrossings:
         return rows_where(self.segment, mine), rows_where(self.row, mine)
 
 
-def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> tuple[PlacementFaults, CopyCrossings]:
+def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, cfg: Config
+                     ) -> tuple[PlacementFaults, CopyCrossings]:
     """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings.
+
+    bend_deg is the loop's strand_bend_deg, which moving it does not change.
 
     The crossings are found as try_add_loop finds them. A crossing is
     crowded if it is too near an existing crossing or another of the same
@@ -1139,8 +1184,10 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> tuple[Pl
              rows_at(tangle.segs.end, theirs))
     hit = segments_cross(*pairs)
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
-    copy = rows_where(mine, hit) // count  # (H,)
-    other = rows_at(tangle.segs.loop, rows_where(theirs, hit))
+    copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
+    row = rows_where(theirs, hit)
+    other = rows_at(tangle.segs.loop, row)
+    bent = bends_misleadingly(np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), angle, cfg)
     old_gap = point_distances(point, tangle.crossings.point)  # (H, C)
     # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
     gap = point_distances(point, point)  # (H, H)
@@ -1155,8 +1202,8 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, cfg: Config) -> tuple[Pl
         return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
 
     faults = PlacementFaults(np.bincount(copy, minlength=len(tries)), per_copy(angle < cfg.min_crossing_angle),
-                             per_copy(crowded), per_copy(lens))
-    return faults, CopyCrossings(copy, rows_where(mine, hit) % count, rows_where(theirs, hit))
+                             per_copy(bent), per_copy(crowded), per_copy(lens))
+    return faults, CopyCrossings(copy, segment, row)
 
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
@@ -1181,11 +1228,12 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
     offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
     room = tangle.crossing_room(shape)
+    bend_deg = loop_segments(placed, 0).bend_deg  # the same at every position
     batches = []
     start, stop = 0, 1
     while start < PLACEMENTS_PER_SHAPE:
         tries = placed[None] + offsets[start:stop, None]
-        faults, hits = placement_faults(tangle, tries, cfg)
+        faults, hits = placement_faults(tangle, tries, bend_deg, cfg)
         allowed = faults.allowed(room)
         if allowed.any():
             chosen = int(np.argmax(allowed))

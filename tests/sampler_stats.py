@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import creation  # noqa: E402
 
-RULES = ["curvature", "interior_margin", "disconnected", "crossing_budget", "crossing_angle",
+RULES = ["curvature", "interior_margin", "disconnected", "crossing_budget", "crossing_angle", "crossing_bend",
          "crossing_separation", "same_pair_separation", "curl_size", "min_gap", "parallel", "restart"]
 
 

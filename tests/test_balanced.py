@@ -155,7 +155,8 @@ def test_more_waypoints_than_the_original_shapes_most_are_allowed_by_default():
     assert Config(min_waypoints=11).min_waypoints == 11
 
 
-SCREENED_RULES = ("disconnected", "crossing_budget", "crossing_angle", "crossing_separation", "same_pair_separation")
+SCREENED_RULES = ("disconnected", "crossing_budget", "crossing_angle", "crossing_bend", "crossing_separation",
+                  "same_pair_separation")
 
 
 def partial_tangle(index):
@@ -185,6 +186,11 @@ def placements(loop, count, seed):
     return loop[None] + rng.uniform(*creation.placement_range(loop, BALANCED), (count, 2))[:, None]
 
 
+def bends(tries):
+    """strand_bend_deg of the loop the copies share (moving a loop does not change it)."""
+    return creation.loop_segments(tries[0], 0).bend_deg
+
+
 @pytest.mark.parametrize("index", range(3))
 def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossings_between_loops(index):
     partial, shape = partial_tangle(index)
@@ -196,7 +202,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
             break
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    allowed = creation.placement_faults(partial, tries, BALANCED)[0].allowed(room)
+    allowed = creation.placement_faults(partial, tries, bends(tries), BALANCED)[0].allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert list(allowed) == [reason not in SCREENED_RULES for reason in reasons]
     assert 0 < allowed.sum() < len(tries)  # both outcomes were tried
@@ -209,7 +215,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
     assert creation.find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    allowed = creation.placement_faults(partial, tries, BALANCED)[0].allowed(room)
+    allowed = creation.placement_faults(partial, tries, bends(tries), BALANCED)[0].allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert 0 < allowed.sum() < len(tries)
     assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, allowed) if not ok)
@@ -220,7 +226,7 @@ def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
     partial, shape = partial_tangle(index)
     loop = drawn_loop(shape, index)
     tries = placements(loop, 60, index)
-    faults, hits = creation.placement_faults(partial, tries, BALANCED)
+    faults, hits = creation.placement_faults(partial, tries, bends(tries), BALANCED)
     accepted = 0
     for k, loop_copy in enumerate(tries):
         searched, reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape)
@@ -234,7 +240,7 @@ def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
     assert 0 < np.count_nonzero(faults.crossings) and accepted > 0
 
 
-@pytest.mark.parametrize("index, cap", [(0, None), (1, None), (2, None), (0, 0.0)])  # a cap of 0: nowhere fits
+@pytest.mark.parametrize("index, cap", [(0, None), (1, None), (3, None), (0, 0.0)])  # a cap of 0: nowhere fits
 def test_the_screen_places_the_first_position_that_passes(index, cap):
     partial, shape = partial_tangle(index)
     if cap is not None:
@@ -245,7 +251,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
         *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
     tries = loop[None] + offsets[:, None]
     room = partial.crossing_room(shape)
-    faults, _ = creation.placement_faults(partial, tries, BALANCED)
+    faults, _ = creation.placement_faults(partial, tries, bends(tries), BALANCED)
     allowed = faults.allowed(room)
     assert allowed.any() == (cap is None)
     if allowed.any():
@@ -273,15 +279,17 @@ def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
     assert placed is None or np.array_equal(placed, loop)
 
 
-@pytest.mark.parametrize("crossings, shallow, crowded, lens, rule", [
-    ([0, 0], [0, 0], [0, 0], [0, 0], "disconnected"),
-    ([0, 9], [0, 0], [0, 0], [0, 0], "crossing_budget"),
-    ([3, 9], [1, 0], [0, 0], [0, 0], "crossing_angle"),
-    ([3, 2], [1, 0], [0, 1], [0, 0], "crossing_separation"),
-    ([3, 2], [1, 0], [0, 0], [0, 1], "same_pair_separation"),
+@pytest.mark.parametrize("crossings, shallow, bent, crowded, lens, rule", [
+    ([0, 0], [0, 0], [0, 0], [0, 0], [0, 0], "disconnected"),
+    ([0, 9], [0, 0], [0, 0], [0, 0], [0, 0], "crossing_budget"),
+    ([3, 9], [1, 0], [0, 0], [0, 0], [0, 0], "crossing_angle"),
+    ([3, 2], [1, 0], [0, 1], [0, 0], [0, 0], "crossing_bend"),
+    ([3, 2], [1, 0], [0, 0], [0, 1], [0, 0], "crossing_separation"),
+    ([3, 2], [1, 0], [0, 0], [0, 0], [0, 1], "same_pair_separation"),
 ])
-def test_a_shape_that_fits_nowhere_is_blamed_on_the_first_rule_its_positions_all_break(crossings, shallow, crowded,
-                                                                                        lens, rule):
-    faults = creation.PlacementFaults(np.array(crossings), *(np.array(f, dtype=bool) for f in (shallow, crowded, lens)))
+def test_a_shape_that_fits_nowhere_is_blamed_on_the_first_rule_its_positions_all_break(crossings, shallow, bent,
+                                                                                        crowded, lens, rule):
+    faults = creation.PlacementFaults(np.array(crossings),
+                                      *(np.array(f, dtype=bool) for f in (shallow, bent, crowded, lens)))
     assert not faults.allowed(room=5).any()
     assert faults.reason(room=5) == rule

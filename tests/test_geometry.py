@@ -181,6 +181,50 @@ def test_strands_near_a_shallow_crossing_are_not_a_parallel_stretch():
     assert creation.tangle_violations(loops, CFG) == []
 
 
+def rounded_square(cx, cy, half, corner, spacing=2.9):
+    """A square outline whose corners are quarter circles of radius corner, a point every ~spacing px."""
+    side, quarter = 2 * (half - corner), np.pi * corner / 2
+    total = 4 * (side + quarter)
+    points = []
+    for along in np.linspace(0, total, int(round(total / spacing)), endpoint=False):
+        k, r = divmod(along, side + quarter)
+        if r < side:
+            x, y = -half + corner + r, -half
+        else:
+            a = (r - side) / corner
+            x, y = half - corner + corner * np.sin(a), -half + corner - corner * np.cos(a)
+        c, s = np.cos(k * np.pi / 2), np.sin(k * np.pi / 2)
+        points.append([cx + c * x - s * y, cy + s * x + c * y])
+    return np.array(points)
+
+
+def test_a_crossing_on_a_sharp_corner_is_rejected_and_one_beside_it_is_not():
+    # The square turns 90 degrees within 19 px of arc at its corners, so a ring
+    # crossing one there at 90 degrees leaves the wrong way through the X as smooth as the true one.
+    square = rounded_square(400, 400, 150, 12)
+    corner = np.array([538 + 12 / np.sqrt(2), 262 - 12 / np.sqrt(2)])
+    through_corner = circle(*(corner + 150 / np.sqrt(2)), 150)
+    _, crossings, _ = creation.find_all_events([square, through_corner], CFG)
+    at_corner = np.argmin(np.linalg.norm(crossings.point - corner, axis=1))
+    assert crossings.angle_deg[at_corner] == pytest.approx(90, abs=2)
+    assert crossings.bend_deg[at_corner] == pytest.approx(90, abs=5)
+    assert creation.tangle_violations([square, through_corner], CFG) == ["crossing_bend"]
+    beside = circle(*(corner + [-60, 60] + 250 / np.sqrt(2)), 250)  # crosses the two straight sides instead
+    assert creation.tangle_violations([square, beside], CFG) == []
+
+
+def test_a_strand_that_keeps_its_curvature_through_a_crossing_is_not_held_to_the_bend_rule():
+    # A 35 px ring turns 33 degrees within 10 px either side of its 50 degree crossings with a big ring,
+    # more than half the angle, but it turns as much either side, and the eye follows it round.
+    r1, r2, alpha = 250.0, 35.0, np.radians(50)
+    d = np.sqrt(r1**2 + r2**2 - 2 * r1 * r2 * np.cos(alpha))
+    loops = [circle(512, 600, r1), circle(512, 600 - d, r2)]
+    _, crossings, _ = creation.find_all_events(loops, CFG)
+    assert np.degrees(20 / r2) > CFG.max_crossing_bend * crossings.angle_deg.max()
+    assert crossings.bend_deg.max() < 3
+    assert creation.tangle_violations(loops, CFG) == []
+
+
 def limacon(inner_px, outer_px=200.0, count=900):
     """A loop with one inner lobe that reaches inner_px from its self-crossing (the pole, at the centre)."""
     a, b = (outer_px + inner_px) / 2, (outer_px - inner_px) / 2
