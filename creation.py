@@ -584,10 +584,12 @@ def strand_bend_deg(step: np.ndarray, arc: np.ndarray, perimeter: float) -> np.n
     curl's lobe) through a crossing, and is misled by one that kinks there.
     """
     heading = np.arctan2(step[:, 1], step[:, 0])
-    reach = np.array([-3, -1, 1, 3]) * BEND_WINDOW_PX
-    at = np.searchsorted(arc, np.mod(arc[:, None] + reach, perimeter)) % len(arc)  # (P, 4)
-    # No 20 px arc turns by half a turn (bends are >= 8 px), so each turn wraps into (-pi, pi].
-    before, centre, after = ((np.diff(heading[at], axis=1) + np.pi) % (2 * np.pi) - np.pi).T
+    # Arcs one perimeter either side find the segments past the seam without a float modulo, which costs more.
+    around = np.concatenate([arc - perimeter, arc, arc + perimeter])
+    at = np.searchsorted(around, np.array([-3, -1, 1, 3])[:, None] * BEND_WINDOW_PX + arc) % len(arc)  # (4, P)
+    turn = np.diff(heading[at], axis=0)
+    # No 20 px arc turns by half a turn (bends are >= 8 px), so one wrap brings each turn into [-pi, pi].
+    before, centre, after = np.where(turn > np.pi, turn - 2 * np.pi, np.where(turn < -np.pi, turn + 2 * np.pi, turn))
     return np.degrees(np.minimum(np.abs(centre), 2 * np.abs(centre - 0.5 * (before + after))))
 
 
