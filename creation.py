@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.4.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.4.1"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -574,22 +574,30 @@ class Segments:
         return len(self.loop)
 
 
-def strand_bend_deg(step: np.ndarray, arc: np.ndarray, perimeter: float) -> np.ndarray:
+def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray) -> np.ndarray:
     """How sharply one loop bends at each of its segments, as the crossing rules see it, degrees.  (P,)
 
-    step is each segment's end minus its start and arc its midpoint's arc
-    position. The bend is the turn over BEND_WINDOW_PX either side, but no
-    more than twice the part of it beyond the mean turn of the two equal
-    arcs flanking it: the eye follows a strand that keeps its curvature (a
-    curl's lobe) through a crossing, and is misled by one that kinks there.
+    step is each segment's end minus its start, lengths its length and arc its
+    midpoint's arc position. The bend is the turn over BEND_WINDOW_PX either
+    side of the midpoint, but no more than twice the part of it beyond the mean
+    turn of the two arcs of twice that length flanking it: the eye follows a
+    strand that keeps its curvature (a curl's lobe) through a crossing, and is
+    misled by one that kinks there. A turn over an arc is the polyline's own,
+    the sum of its turns at the vertices inside, so it is the same whichever way
+    round the loop runs.
     """
     heading = np.arctan2(step[:, 1], step[:, 0])
-    # Arcs one perimeter either side find the segments past the seam without a float modulo, which costs more.
-    around = np.concatenate([arc - perimeter, arc, arc + perimeter])
-    at = np.searchsorted(around, np.array([-3, -1, 1, 3])[:, None] * BEND_WINDOW_PX + arc) % len(arc)  # (4, P)
-    turn = np.diff(heading[at], axis=0)
-    # No 20 px arc turns by half a turn (bends are >= 8 px), so one wrap brings each turn into [-pi, pi].
-    before, centre, after = np.where(turn > np.pi, turn - 2 * np.pi, np.where(turn < -np.pi, turn + 2 * np.pi, turn))
+    turn = heading - np.roll(heading, 1)  # at vertex k, where segment k starts
+    # Bends are at least min_curvature_radius, so no vertex turns by half a turn and one wrap is exact.
+    turn = np.where(turn > np.pi, turn - 2 * np.pi, np.where(turn < -np.pi, turn + 2 * np.pi, turn))
+    turned = np.cumsum(turn)
+    total, perimeter, vertex = turned[-1:].sum(), lengths.sum(), arc - 0.5 * lengths
+    # The closed loop repeats one perimeter either side, adding its whole turn, so arcs past its seam need no modulo.
+    vertex_around = np.concatenate([vertex - perimeter, vertex, vertex + perimeter])
+    turned_around = np.concatenate([turned - total, turned, turned + total])
+    edges = np.array([-3, -1, 1, 3])[:, None] * BEND_WINDOW_PX + arc  # (4, P): where the flanks and the window end
+    so_far = turned_around.take(np.searchsorted(vertex_around, edges, side="right") - 1)
+    before, centre, after = np.diff(so_far, axis=0)
     return np.degrees(np.minimum(np.abs(centre), 2 * np.abs(centre - 0.5 * (before + after))))
 
 
@@ -599,7 +607,7 @@ def loop_segments(points: np.ndarray, loop_id: int) -> Segments:
     arc = np.cumsum(lengths) - 0.5 * lengths
     count = len(points)
     return Segments(points, end, np.full(count, loop_id), np.arange(count), arc,
-                    np.full(count, lengths.sum()), strand_bend_deg(end - points, arc, lengths.sum()))
+                    np.full(count, lengths.sum()), strand_bend_deg(end - points, lengths, arc))
 
 
 def concat_segments(parts: list[Segments]) -> Segments:
@@ -878,8 +886,9 @@ def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
 def bends_misleadingly(bend_deg: np.ndarray, angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
     """Crossings where a strand bends so sharply that the wrong way through the X looks as smooth.  (C,) bool
 
-    A strand that turns by b beside a crossing at angle a leaves the wrong way
-    only about a - b more crooked than its own (creation.md, "Bends beside a crossing").
+    A strand that turns by beta beside a crossing at angle theta leaves the wrong
+    way only about theta - beta more crooked than its own (creation.md, "Bends
+    beside a crossing").
     """
     return bend_deg > cfg.max_crossing_bend * angle_deg
 
@@ -1230,7 +1239,8 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
     offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
     room = tangle.crossing_room(shape)
-    bend_deg = loop_segments(placed, 0).bend_deg  # the same at every position
+    # Moving a loop changes its bends by rounding at most; try_add_loop measures them again where it lands.
+    bend_deg = loop_segments(placed, 0).bend_deg
     batches = []
     start, stop = 0, 1
     while start < PLACEMENTS_PER_SHAPE:
