@@ -2090,7 +2090,10 @@ def remove_replaced_dataset(cfg: Config, out_dir: Path, survey: Survey) -> None:
     review = out_dir / REVIEW_DIR
     if inside(out_dir, review) and (review / CONTACT_SHEET_FILE).is_file():
         remove_entry(out_dir, review / CONTACT_SHEET_FILE)
-    remove_shards_dir_if_empty(out_dir)
+    # Its folders would outlive it empty: a run without --scenes or --overlays makes none of its own.
+    # (rmdir fails on a symlinked folder; review/overlays is only reached through a review/ of our own.)
+    own_review = [review / "overlays", review] if inside(out_dir, review) else []
+    remove_empty_folders([out_dir / SCENES_DIR, *own_review, out_dir / SHARDS_DIR])
 
 
 def remove_matching_images(cfg: Config, out_dir: Path, records_file: Path) -> None:

@@ -674,7 +674,17 @@ def test_overwrite_removes_the_replaced_datasets_images_the_new_one_does_not_nam
     creation.generate_dataset(creation.Config(n=5, seed=4), tmp_path, workers=1, quiet=True, overwrite=True)
     names = [f"tangled_loops_{i:05d}.png" for i in range(5)]
     assert sorted(p.name for p in (tmp_path / "images").iterdir()) == names
-    assert list((tmp_path / "review" / "overlays").iterdir()) == []  # none outlives the image it showed
+    assert not (tmp_path / "review").exists()  # no overlay outlives the image it showed, nor their empty folder
+
+
+def test_overwrite_leaves_no_empty_folders_of_the_replaced_dataset(tmp_path):
+    """A stranger review: replacing a dataset made with --scenes --overlays left empty scenes/ and review/overlays/."""
+    creation.generate_dataset(creation.Config(n=2, seed=3), tmp_path, workers=1, quiet=True, overlays=True,
+                              scenes=True)
+    assert (tmp_path / "scenes").is_dir() and (tmp_path / "review" / "overlays").is_dir()
+    creation.generate_dataset(creation.Config(n=2, seed=4), tmp_path, workers=1, quiet=True, overwrite=True)
+    assert not (tmp_path / "scenes").exists() and not (tmp_path / "review").exists()
+    assert len(list((tmp_path / "images").iterdir())) == 2
 
 
 def test_a_whole_run_removes_an_interrupted_shards_journal_unless_its_lock_is_held(tmp_path, monkeypatch):
