@@ -2125,11 +2125,6 @@ def remove_damaged_journal(out_dir: Path, shard: Shard) -> None:
     remove_entry(out_dir, journal_path(out_dir, shard))
 
 
-def remove_shards_dir_if_empty(out_dir: Path) -> None:
-    with contextlib.suppress(OSError):  # absent, or holding other shards' files
-        (out_dir / SHARDS_DIR).rmdir()
-
-
 def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
     """Delete temporaries a killed run left behind, only for files this run writes.
 
@@ -2158,7 +2153,7 @@ def remove_taken_shard_files(cfg: Config, out_dir: Path) -> None:
         with contextlib.suppress(OSError, DatasetError):  # gone meanwhile, or not a file: left alone
             if header_fields(first_line_value(path)) == expected:
                 remove_entry(out_dir, path)
-    remove_shards_dir_if_empty(out_dir)
+    remove_empty_folders([out_dir / SHARDS_DIR])  # stays while it holds other shards' files
 
 
 # -- Drawing
