@@ -121,6 +121,7 @@ BALANCED_CURL_LOOPS = 11
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
+SCREEN_BATCH_ENDS = (0, 8, 16)  # positions screened together; any split gives the same answer
 # Curl size: big lobes are often crossed by other loops, which hides them from a curl detector, and they
 # are the size of the faces that loop crossings make, so face sizes track N less (creation.md, "Still open").
 # Below ~2.4 the tip is sharper than 8 px.
@@ -920,6 +921,9 @@ class SegmentGrid:
     first: np.ndarray  # (columns**2 + 1,) where each cell's run starts in order
     order: np.ndarray  # (S,) segment rows sorted by cell
     mid: np.ndarray  # (S, 2) midpoints by segment row, px
+    # ((columns + 1)**2,) segments in the cells above and left of each corner, flattened row by row
+    # (a summed-area table): four lookups tell whether a neighbourhood holds any segment.
+    below: np.ndarray
 
 
 def grid_cells(points: np.ndarray, columns: int) -> np.ndarray:
@@ -931,14 +935,25 @@ def build_grid(mid: np.ndarray, size: int) -> SegmentGrid:
     columns = int(size // GRID_CELL_PX) + 1
     col, row = grid_cells(mid, columns).T
     cell = row * columns + col
-    first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=columns * columns))])
-    return SegmentGrid(columns, first, np.argsort(cell, kind="stable"), mid)
+    counts = np.bincount(cell, minlength=columns * columns)
+    below = np.zeros((columns + 1, columns + 1), dtype=np.int64)
+    below[1:, 1:] = counts.reshape(columns, columns).cumsum(axis=0).cumsum(axis=1)
+    return SegmentGrid(columns, np.concatenate([[0], np.cumsum(counts)]), np.argsort(cell, kind="stable"), mid,
+                       below.ravel())
 
 
 def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray]:
     """Every (point, segment row) pair whose midpoints are at most radius apart.  (M,), (M,)"""
     reach = int(np.ceil(radius / GRID_CELL_PX))
     col, row = grid_cells(points, grid.columns).T
+    # Most points have no segment anywhere near: drop them before expanding runs, which costs per point and row.
+    corners = grid.columns + 1
+    left, right = np.maximum(col - reach, 0), np.minimum(col + reach, grid.columns - 1) + 1
+    top, bottom = np.maximum(row - reach, 0) * corners, (np.minimum(row + reach, grid.columns - 1) + 1) * corners
+    held = (rows_at(grid.below, bottom + right) - rows_at(grid.below, top + right)
+            - rows_at(grid.below, bottom + left) + rows_at(grid.below, top + left))
+    near = np.flatnonzero(held)
+    col, row, points = rows_at(col, near), rows_at(row, near), rows_at(points, near)
     rows = row[:, None] + np.arange(-reach, reach + 1)  # (P, R): one run of cells per row
     in_canvas = (rows >= 0) & (rows < grid.columns)
     rows = clamp(rows, 0, grid.columns - 1) * grid.columns
@@ -954,7 +969,7 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     point = np.repeat(busy // rows.shape[1], length)
     gap = rows_at(points, point) - rows_at(grid.mid, segment)
     close = np.einsum("ij,ij->i", gap, gap) <= radius * radius
-    return rows_where(point, close), rows_where(segment, close)
+    return rows_at(near, rows_where(point, close)), rows_where(segment, close)
 
 
 def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
@@ -1176,7 +1191,7 @@ class CopyCrossings:
         return rows_where(self.segment, mine), rows_where(self.row, mine)
 
 
-def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, cfg: Config
+def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, room: float, cfg: Config
                      ) -> tuple[PlacementFaults, CopyCrossings]:
     """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings.
 
@@ -1186,6 +1201,9 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, cf
     crowded if it is too near an existing crossing or another of the same
     copy's, and makes a lens if a crossing with the same loop is too near
     for its angle; try_add_loop still checks the copy's own self-crossings.
+    Only copies with 1 to room crossings are judged further: the others can
+    neither pass nor decide which rule PlacementFaults.reason blames, so their
+    other flags stay False.
     """
     count, points = tries.shape[1], tries.reshape(-1, 2)
     ends = np.concatenate([tries[:, 1:], tries[:, :1]], axis=1).reshape(-1, 2)
@@ -1194,6 +1212,8 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, cf
     pairs = (rows_at(points, mine), rows_at(ends, mine), rows_at(tangle.segs.start, theirs),
              rows_at(tangle.segs.end, theirs))
     hit = segments_cross(*pairs)
+    crossings = np.bincount(rows_where(mine, hit) // count, minlength=len(tries))
+    hit &= rows_at((crossings >= 1) & (crossings <= room), mine // count)
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
     row = rows_where(theirs, hit)
@@ -1212,7 +1232,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, cf
     def per_copy(flags: np.ndarray) -> np.ndarray:
         return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
 
-    faults = PlacementFaults(np.bincount(copy, minlength=len(tries)), per_copy(angle < cfg.min_crossing_angle),
+    faults = PlacementFaults(crossings, per_copy(angle < cfg.min_crossing_angle),
                              per_copy(bent), per_copy(crowded), per_copy(lens))
     return faults, CopyCrossings(copy, segment, row)
 
@@ -1232,8 +1252,8 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     rejection keeps one in proportion to the share of positions where it
     fits, the screen nearly whenever it fits in one of 16, so this is a
     change of distribution and was audited as one (creation.md, step 5).
-    Positions go in batches of 1, 1, 2, 4, ...: the first often passes, and
-    a batch costs little more than one position.
+    Positions go in SCREEN_BATCH_ENDS batches: a batch costs little more
+    than one position, and about one shape in ten passes at the first.
     """
     # Rounding in the first shift can leave a loop as wide as the drawable area an ulp too wide to move.
     low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
@@ -1242,16 +1262,14 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     # Moving a loop changes its bends by rounding at most; try_add_loop measures them again where it lands.
     bend_deg = loop_segments(placed, 0).bend_deg
     batches = []
-    start, stop = 0, 1
-    while start < PLACEMENTS_PER_SHAPE:
+    for start, stop in itertools.pairwise(SCREEN_BATCH_ENDS):
         tries = placed[None] + offsets[start:stop, None]
-        faults, hits = placement_faults(tangle, tries, bend_deg, cfg)
+        faults, hits = placement_faults(tangle, tries, bend_deg, room, cfg)
         allowed = faults.allowed(room)
         if allowed.any():
             chosen = int(np.argmax(allowed))
             return tries[chosen], hits.of(chosen), None
         batches.append(faults)
-        start, stop = stop, min(2 * stop, PLACEMENTS_PER_SHAPE)
     every = PlacementFaults(*(np.concatenate([getattr(f, field.name) for f in batches])
                               for field in dataclasses.fields(PlacementFaults)))
     return None, None, every.reason(room)

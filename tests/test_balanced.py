@@ -202,10 +202,18 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
             break
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    allowed = creation.placement_faults(partial, tries, bends(tries), BALANCED)[0].allowed(room)
+    allowed = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)[0].allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert list(allowed) == [reason not in SCREENED_RULES for reason in reasons]
     assert 0 < allowed.sum() < len(tries)  # both outcomes were tried
+    # Where no copy passes, the rule blamed is the last, in placement's order, that some copy reached.
+    rank = np.array([SCREENED_RULES.index(reason) if reason in SCREENED_RULES else -1 for reason in reasons])
+    blamed = []
+    for last in sorted(set(rank[rank >= 0])):
+        failed = tries[(rank >= 0) & (rank <= last)]
+        blamed.append(creation.placement_faults(partial, failed, bends(failed), room, BALANCED)[0].reason(room))
+        assert blamed[-1] == SCREENED_RULES[last]
+    assert len(blamed) >= 4
 
 
 @pytest.mark.parametrize("index", range(3))
@@ -215,7 +223,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
     assert creation.find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    allowed = creation.placement_faults(partial, tries, bends(tries), BALANCED)[0].allowed(room)
+    allowed = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)[0].allowed(room)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert 0 < allowed.sum() < len(tries)
     assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, allowed) if not ok)
@@ -226,9 +234,12 @@ def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
     partial, shape = partial_tangle(index)
     loop = drawn_loop(shape, index)
     tries = placements(loop, 60, index)
-    faults, hits = creation.placement_faults(partial, tries, bends(tries), BALANCED)
+    room = partial.crossing_room(shape)
+    faults, hits = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)
     accepted = 0
     for k, loop_copy in enumerate(tries):
+        if not 1 <= faults.crossings[k] <= room:  # the screen hands on no copy outside the budget
+            continue
         searched, reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape)
         handed, handed_reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape, hits.of(k))
         assert handed_reason == reason
@@ -251,7 +262,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
         *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
     tries = loop[None] + offsets[:, None]
     room = partial.crossing_room(shape)
-    faults, _ = creation.placement_faults(partial, tries, bends(tries), BALANCED)
+    faults, _ = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)
     allowed = faults.allowed(room)
     assert allowed.any() == (cap is None)
     if allowed.any():
