@@ -921,9 +921,6 @@ class SegmentGrid:
     first: np.ndarray  # (columns**2 + 1,) where each cell's run starts in order
     order: np.ndarray  # (S,) segment rows sorted by cell
     mid: np.ndarray  # (S, 2) midpoints by segment row, px
-    # ((columns + 1)**2,) segments in the cells above and left of each corner, flattened row by row
-    # (a summed-area table): four lookups tell whether a neighbourhood holds any segment.
-    below: np.ndarray
 
 
 def grid_cells(points: np.ndarray, columns: int) -> np.ndarray:
@@ -935,25 +932,14 @@ def build_grid(mid: np.ndarray, size: int) -> SegmentGrid:
     columns = int(size // GRID_CELL_PX) + 1
     col, row = grid_cells(mid, columns).T
     cell = row * columns + col
-    counts = np.bincount(cell, minlength=columns * columns)
-    below = np.zeros((columns + 1, columns + 1), dtype=np.int64)
-    below[1:, 1:] = counts.reshape(columns, columns).cumsum(axis=0).cumsum(axis=1)
-    return SegmentGrid(columns, np.concatenate([[0], np.cumsum(counts)]), np.argsort(cell, kind="stable"), mid,
-                       below.ravel())
+    first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=columns * columns))])
+    return SegmentGrid(columns, first, np.argsort(cell, kind="stable"), mid)
 
 
 def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray]:
     """Every (point, segment row) pair whose midpoints are at most radius apart.  (M,), (M,)"""
     reach = int(np.ceil(radius / GRID_CELL_PX))
     col, row = grid_cells(points, grid.columns).T
-    # Most points have no segment anywhere near: drop them before expanding runs, which costs per point and row.
-    corners = grid.columns + 1
-    left, right = np.maximum(col - reach, 0), np.minimum(col + reach, grid.columns - 1) + 1
-    top, bottom = np.maximum(row - reach, 0) * corners, (np.minimum(row + reach, grid.columns - 1) + 1) * corners
-    held = (rows_at(grid.below, bottom + right) - rows_at(grid.below, top + right)
-            - rows_at(grid.below, bottom + left) + rows_at(grid.below, top + left))
-    near = np.flatnonzero(held)
-    col, row, points = rows_at(col, near), rows_at(row, near), rows_at(points, near)
     rows = row[:, None] + np.arange(-reach, reach + 1)  # (P, R): one run of cells per row
     in_canvas = (rows >= 0) & (rows < grid.columns)
     rows = clamp(rows, 0, grid.columns - 1) * grid.columns
@@ -969,7 +955,7 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     point = np.repeat(busy // rows.shape[1], length)
     gap = rows_at(points, point) - rows_at(grid.mid, segment)
     close = np.einsum("ij,ij->i", gap, gap) <= radius * radius
-    return rows_at(near, rows_where(point, close)), rows_where(segment, close)
+    return rows_where(point, close), rows_where(segment, close)
 
 
 def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
