@@ -121,7 +121,8 @@ BALANCED_CURL_LOOPS = 11
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
-SCREEN_BATCH_ENDS = (0, 8, 16)  # positions screened together; any split gives the same answer
+# Positions screened together, in two halves; any split gives the same answer.
+SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
 # Curl size: big lobes are often crossed by other loops, which hides them from a curl detector, and they
 # are the size of the faces that loop crossings make, so face sizes track N less (creation.md, "Still open").
 # Below ~2.4 the tip is sharper than 8 px.
@@ -1165,7 +1166,8 @@ class PlacementFaults:
 
 @dataclass(frozen=True)
 class CopyCrossings:
-    """Each crossing the screen found: its copy, and its segment along the loop and row of the tangle.  (H,) each"""
+    """The crossings the screen found for copies within the crossing budget (the only ones it can hand on):
+    each one's copy, and its segment along the loop and row of the tangle.  (H,) each"""
 
     copy: np.ndarray
     segment: np.ndarray

@@ -191,9 +191,12 @@ def bends(tries):
     return creation.loop_segments(tries[0], 0).bend_deg
 
 
-@pytest.mark.parametrize("index", range(3))
-def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossings_between_loops(index):
+@pytest.mark.parametrize("index, whole_cap", [(0, False), (1, False), (2, False), (1, True)])
+def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossings_between_loops(index, whole_cap):
     partial, shape = partial_tangle(index)
+    if whole_cap:  # an even budget, so some copies (two closed loops cross an even number of times) meet it exactly
+        room = partial.crossing_room(shape)
+        shape = dataclasses.replace(shape, crossing_cap=shape.crossing_cap - room + 2 * np.floor(room / 2))
     rng = np.random.default_rng(index)
     curl_free = dataclasses.replace(shape, curls=0)
     while True:  # a loop that does not cross itself, so every crossing rule it can break is about other loops
@@ -214,6 +217,9 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
         blamed.append(creation.placement_faults(partial, failed, bends(failed), room, BALANCED)[0].reason(room))
         assert blamed[-1] == SCREENED_RULES[last]
     assert len(blamed) >= 4
+    if whole_cap:
+        counts = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)[0].crossings
+        assert np.any(counts == room) and np.any(allowed & (counts == room))
 
 
 @pytest.mark.parametrize("index", range(3))
