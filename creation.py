@@ -2505,7 +2505,11 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     check_output_folder(out_dir)
     # A shard's run shares the folder: another shard's run may have found it made and be about to write.
     made = missing_folders(out_dir) if shard == WHOLE_RUN else []
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # a name too long, a read-only or virtual file system: the flag's value is at fault
+        remove_empty_folders(made)
+        raise BadOutput(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
     with removed_if_left_empty(made), exclusive_run(out_dir, shard, cfg):
         folders = [IMAGES_DIR, *[SCENES_DIR] * scenes, *[REVIEW_DIR, f"{REVIEW_DIR}/overlays"] * overlays]
         refuse_non_files_at_targets(out_dir, shard, folders)

@@ -585,7 +585,8 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
         f"{header.get('schema_version', '?')}), run seed {seed}, `{mode}` mode"
         + (" (each image's ink length, turning and crossings drawn independently of the count)"
            if mode == "budgeted" else " (the original description's shapes, kept for comparison: the ink gives "
-                                         "the count away)") + ". The same command makes the same pixels again:", "",
+                                         "the count away)")
+        + ". The same command, with `--out DIR` for a folder of your own, makes the same pixels again:", "",
         "```bash", str(header["command"]), "```", "",
         "## Answer histogram", "", "| loops | images |", "| --- | --- |",
         *[f"| {count} | {images} |" for count, images in

@@ -909,6 +909,14 @@ def test_out_naming_a_file_is_bad_input_in_one_true_line(tmp_path, capsys):
     assert (tmp_path / "file").read_text() == "mine"
 
 
+def test_an_out_folder_that_cannot_be_made_is_bad_input_named_as_such(tmp_path, capsys):
+    out = tmp_path / "made" / ("x" * 300)  # longer than any file system allows a name to be
+    assert creation.main([*FLAGS, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"creation.py: error: cannot make the --out folder {out}: ")
+    assert list(tmp_path.iterdir()) == []  # the parent it made on the way is gone again
+
+
 @pytest.mark.parametrize("stage", ["remove_taken_shard_files", "write_contact_sheet"])
 def test_a_stop_once_the_dataset_is_complete_does_not_ask_to_resume(stage, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
