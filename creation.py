@@ -916,44 +916,65 @@ class SegmentGrid:
     Cells are numbered row by row, so the cells of one row of a neighbourhood
     are consecutive and their segments form one run of `order`: finding the
     segments near a point takes a few table lookups instead of a tree search.
+    The canvas's cells are framed by pad empty ones on every side, so a
+    neighbourhood up to pad cells wide never runs off the table and needs no
+    clipping.
     """
 
-    columns: int  # cells per row and per column
-    first: np.ndarray  # (columns**2 + 1,) where each cell's run starts in order
+    size: int  # canvas side, px
+    pad: int  # empty cells framing the canvas's on every side
+    first: np.ndarray  # (width**2 + 1,) where each cell's run starts in order
     order: np.ndarray  # (S,) segment rows sorted by cell
     mid: np.ndarray  # (S, 2) midpoints by segment row, px
 
+    @property
+    def columns(self) -> int:
+        """Cells per row and per column of the canvas."""
+        return int(self.size // GRID_CELL_PX) + 1
 
-def grid_cells(points: np.ndarray, columns: int) -> np.ndarray:
-    """(column, row) of the cell holding each point.  (P, 2) int"""
-    return clamp(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1)
+    @property
+    def width(self) -> int:
+        """Cells per row and per column of the table, frame included."""
+        return self.columns + 2 * self.pad
 
 
-def build_grid(mid: np.ndarray, size: int) -> SegmentGrid:
+def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
+    """Table index of the cell holding each point, for columns canvas cells a row framed by pad; points off
+    the canvas count as on its edge.  (P,)"""
+    col, row = (clamp(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1) + pad).T
+    return row * (columns + 2 * pad) + col
+
+
+def grid_pad_cells(cfg: Config) -> int:
+    """A frame wide enough for the clearance and parallel-stretch search at segments up to a cell long."""
+    return math.ceil((max(cfg.min_gap, cfg.parallel_gap) + GRID_CELL_PX) / GRID_CELL_PX)
+
+
+def build_grid(mid: np.ndarray, size: int, pad: int = 0) -> SegmentGrid:
     columns = int(size // GRID_CELL_PX) + 1
-    col, row = grid_cells(mid, columns).T
-    cell = row * columns + col
-    first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=columns * columns))])
-    return SegmentGrid(columns, first, np.argsort(cell, kind="stable"), mid)
+    cell = grid_cells(mid, columns, pad)
+    first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=(columns + 2 * pad)**2))])
+    return SegmentGrid(size, pad, first, np.argsort(cell, kind="stable"), mid)
 
 
 def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray]:
     """Every (point, segment row) pair whose midpoints are at most radius apart.  (M,), (M,)"""
     reach = int(np.ceil(radius / GRID_CELL_PX))
-    col, row = grid_cells(points, grid.columns).T
-    rows = row[:, None] + np.arange(-reach, reach + 1)  # (P, R): one run of cells per row
-    in_canvas = (rows >= 0) & (rows < grid.columns)
-    rows = clamp(rows, 0, grid.columns - 1) * grid.columns
-    run_start = rows_at(grid.first, rows + np.maximum(col - reach, 0)[:, None])
-    run_stop = rows_at(grid.first, rows + np.minimum(col + reach, grid.columns - 1)[:, None] + 1)
+    if reach > grid.pad:  # wider than the frame (segments over a cell long): rebuilt with a wider one
+        grid = build_grid(grid.mid, grid.size, reach)
+    # Table index of the first cell of each row of each point's neighbourhood; one past its last is 2 reach + 1 on.
+    row_first = np.arange(-reach, reach + 1) * grid.width - reach  # (R,) from the point's own cell
+    run_first = grid_cells(points, grid.columns, grid.pad)[:, None] + row_first  # (P, R)
+    run_start = rows_at(grid.first, run_first)
+    run_stop = rows_at(grid.first, run_first + (2 * reach + 1))
     # Flat indices of the runs that hold segments (most are empty): cheaper than nonzero's two index arrays.
-    busy = np.flatnonzero(in_canvas & (run_stop > run_start))
+    busy = np.flatnonzero(run_stop > run_start)
     start = rows_at(run_start.ravel(), busy)
     length = rows_at(run_stop.ravel(), busy) - start
     # Expand each run into its members: position = run start + rank within the run.
     rank = np.arange(length.sum()) - np.repeat(np.cumsum(length) - length, length)
     segment = rows_at(grid.order, np.repeat(start, length) + rank)
-    point = np.repeat(busy // rows.shape[1], length)
+    point = np.repeat(busy // run_first.shape[1], length)
     gap = rows_at(points, point) - rows_at(grid.mid, segment)
     close = np.einsum("ij,ij->i", gap, gap) <= radius * radius
     return rows_where(point, close), rows_where(segment, close)
@@ -1070,7 +1091,7 @@ class Tangle:
     @staticmethod
     def empty(cfg: Config) -> Tangle:
         segs = concat_segments([loop_segments(np.zeros((0, 2)), 0)])
-        return Tangle((), segs, build_grid(segs.mid, cfg.size), Crossings.empty(), 0.0)
+        return Tangle((), segs, build_grid(segs.mid, cfg.size, grid_pad_cells(cfg)), Crossings.empty(), 0.0)
 
     def crossing_room(self, shape: LoopShape) -> float:
         """How many more crossings between loops the shape's crossing_cap allows."""
@@ -1134,8 +1155,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         return None, "min_gap"
     if np.any(parallel_runs_px(candidates, segs, crossings, cfg, longest) > cfg.max_parallel_run):
         return None, "parallel"
-    return Tangle(tangle.loops + (points,), segs, build_grid(segs.mid, cfg.size), tangle.crossings + crossings,
-                  longest), None
+    grid = build_grid(segs.mid, cfg.size, grid_pad_cells(cfg))
+    return Tangle(tangle.loops + (points,), segs, grid, tangle.crossings + crossings, longest), None
 
 
 @dataclass(frozen=True)

@@ -366,14 +366,14 @@ def test_impossible_sample_names_index_seed_the_rule_it_breaks_and_its_knob(impo
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), radius=st.floats(0.5, 30.0), count=st.integers(0, 400))
-def test_grid_finds_exactly_the_pairs_within_radius(seed, radius, count):
+@given(seed=st.integers(0, 2**32 - 1), radius=st.floats(0.5, 30.0), count=st.integers(0, 400), pad=st.integers(0, 8))
+def test_grid_finds_exactly_the_pairs_within_radius(seed, radius, count, pad):
     rng = np.random.default_rng(seed)
     size = 64  # small, so points crowd into shared and edge cells
     # Whole and half pixels put some pairs exactly at the radius and some points on cell borders.
     mids = np.round(rng.uniform(0, size, (count, 2)) * 2) / 2
     queries = np.round(rng.uniform(-2, size + 2, (50, 2)) * 2) / 2
-    grid = creation.build_grid(mids, size)
+    grid = creation.build_grid(mids, size, pad)  # a search wider than the frame rebuilds it
     point, segment = creation.grid_pairs(grid, queries, radius)
     found = sorted(zip(point.tolist(), segment.tolist()))
     expected = np.argwhere(np.linalg.norm(queries[:, None] - mids[None], axis=2) <= radius)
