@@ -681,7 +681,8 @@ def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
 
 def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Distance from every point of a to every point of b.  (A, 2), (B, 2) in, (A, B) out"""
-    return np.hypot(*(a[:, None, :] - b[None, :, :]).transpose(2, 0, 1))
+    # Per coordinate: numpy broadcasts slowly along a short last axis such as the two coordinates.
+    return np.hypot(a[:, 0, None] - b[:, 0], a[:, 1, None] - b[:, 1])
 
 
 def point_segment_distance(x, a, b) -> np.ndarray:
@@ -764,18 +765,24 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     if len(pairs) == 0:
         return np.zeros(0, dtype=bool)
     u, v = pairs[:, 0], pairs[:, 1]
-    swap = segs.loop[u] > segs.loop[v]
+    loop_u, loop_v = rows_at(segs.loop, u), rows_at(segs.loop, v)
+    swap = loop_u > loop_v
     u, v = np.where(swap, v, u), np.where(swap, u, v)
-    window = crossing_window_px(crossings.angle_deg, gap_px, longest)[None, :]  # (1, C)
-    same_strands = (segs.loop[u][:, None] == crossings.loop_a) & (segs.loop[v][:, None] == crossings.loop_b)
+    loop_u, loop_v = np.minimum(loop_u, loop_v), np.maximum(loop_u, loop_v)
+    # (C, K) tables, a row per crossing: numpy broadcasts slowly along a short last axis such as the crossings.
+    window = crossing_window_px(crossings.angle_deg, gap_px, longest)[:, None]  # (C, 1)
+    same_strands = (loop_u == crossings.loop_a[:, None]) & (loop_v == crossings.loop_b[:, None])
+    arc_u, arc_v = rows_at(segs.arc, u), rows_at(segs.arc, v)
+    perimeter_u, perimeter_v = rows_at(segs.perimeter, u), rows_at(segs.perimeter, v)
 
-    def within(arc_u, arc_v):  # (K, C): both segments of a pair inside one crossing's window
-        return ((arc_distance(segs.arc[u][:, None], arc_u, segs.perimeter[u][:, None]) <= window)
-                & (arc_distance(segs.arc[v][:, None], arc_v, segs.perimeter[v][:, None]) <= window))
+    def within(crossing_arc_u, crossing_arc_v):  # (C, K): both segments of a pair inside one crossing's window
+        return ((arc_distance(arc_u, crossing_arc_u[:, None], perimeter_u) <= window)
+                & (arc_distance(arc_v, crossing_arc_v[:, None], perimeter_v) <= window))
 
     # A self-crossing's two sides are interchangeable, so try both orientations.
-    inside = within(crossings.arc_a, crossings.arc_b) | (crossings.is_self & within(crossings.arc_b, crossings.arc_a))
-    return ~np.any(same_strands & inside, axis=1)
+    inside = (within(crossings.arc_a, crossings.arc_b)
+              | (crossings.is_self[:, None] & within(crossings.arc_b, crossings.arc_a)))
+    return ~np.any(same_strands & inside, axis=0)
 
 
 def clearance_faults(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
@@ -851,8 +858,7 @@ def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
     high = np.maximum(crossings.arc_a, crossings.arc_b)[:, None]
     between = (segs.arc > low) & (segs.arc < high)  # (C, P)
     lobe = np.where(high - low <= segs.perimeter[0] / 2, between, ~between)
-    gap = segs.mid[None, :, :] - crossings.point[:, None, :]  # (C, P, 2)
-    return np.max(np.where(lobe, np.hypot(gap[..., 0], gap[..., 1]), 0.0), axis=1)
+    return np.max(np.where(lobe, point_distances(crossings.point, segs.mid), 0.0), axis=1)
 
 
 def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
@@ -1246,6 +1252,15 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     return faults, CopyCrossings(copy, segment, row)
 
 
+def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The points moved by each offset.  (P, 2), (K, 2) in, (K, P, 2) out"""
+    copies = np.empty((len(offsets), len(points), 2))
+    # One coordinate at a time: numpy broadcasts slowly along a short last axis such as the two coordinates.
+    for axis in range(2):
+        copies[..., axis] = points[:, axis] + offsets[:, axis, None]
+    return copies
+
+
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
                       ) -> tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray] | None, str | None]:
     """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings with the tangle pass.
@@ -1272,7 +1287,7 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     bend_deg = loop_segments(placed, 0).bend_deg
     batches = []
     for start, stop in itertools.pairwise(SCREEN_BATCH_ENDS):
-        tries = placed[None] + offsets[start:stop, None]
+        tries = translated_copies(placed, offsets[start:stop])
         faults, hits = placement_faults(tangle, tries, bend_deg, room, cfg)
         allowed = faults.allowed(room)
         if allowed.any():
