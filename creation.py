@@ -568,7 +568,7 @@ class Segments:
     perimeter: np.ndarray  # (S,) length of the segment's loop, px
     bend_deg: np.ndarray  # (S,) how sharply the loop bends at the segment (strand_bend_deg), degrees
 
-    @property
+    @functools.cached_property  # the sampler reads a new loop's midpoints several times
     def mid(self) -> np.ndarray:
         return 0.5 * (self.start + self.end)
 
@@ -589,7 +589,7 @@ def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray) -> n
     round the loop runs.
     """
     heading = np.arctan2(step[:, 1], step[:, 0])
-    turn = heading - np.roll(heading, 1)  # at vertex k, where segment k starts
+    turn = heading - np.concatenate((heading[-1:], heading[:-1]))  # at vertex k, where segment k starts
     # Bends are at least min_curvature_radius, so no vertex turns by half a turn and one wrap is exact.
     turn = np.where(turn > np.pi, turn - 2 * np.pi, np.where(turn < -np.pi, turn + 2 * np.pi, turn))
     turned = np.cumsum(turn)
@@ -605,11 +605,12 @@ def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray) -> n
 
 def loop_segments(points: np.ndarray, loop_id: int) -> Segments:
     end = next_points(points)
-    lengths = np.hypot(*(end - points).T)
+    step = end - points
+    lengths = np.hypot(step[:, 0], step[:, 1])
     arc = np.cumsum(lengths) - 0.5 * lengths
     count = len(points)
     return Segments(points, end, np.full(count, loop_id), np.arange(count), arc,
-                    np.full(count, lengths.sum()), strand_bend_deg(end - points, lengths, arc))
+                    np.full(count, lengths.sum()), strand_bend_deg(step, lengths, arc))
 
 
 def concat_segments(parts: list[Segments]) -> Segments:
@@ -675,7 +676,8 @@ def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):  # signs can say "cross" where rounding leaves denom 0
         t = cross2(q0 - p0, dq) / denom
     point = p0 + t[:, None] * dp
-    angle = np.degrees(np.arctan2(np.abs(denom), np.abs(np.sum(dp * dq, axis=1))))
+    dot = dp[:, 0] * dq[:, 0] + dp[:, 1] * dq[:, 1]  # components spelled out: np.sum over a length-2 axis is slower
+    angle = np.degrees(np.arctan2(np.abs(denom), np.abs(dot)))
     return point, angle
 
 
@@ -724,11 +726,17 @@ def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.nd
     hit = segments_cross(*ends)
     # Few candidates cross, so where and at what angle is worked out for those alone.
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in ends))
-    i, j = rows_where(i, hit), rows_where(j, hit)
+    return label_crossings(first, second, rows_where(i, hit), rows_where(j, hit), point, angle)
+
+
+def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndarray, point: np.ndarray,
+                    angle_deg: np.ndarray) -> Crossings:
+    """The crossing of segment first[i[m]] with second[j[m]] at point[m] and angle_deg[m], for each m, with
+    its loops, arcs and bends."""
     loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
     # Order each crossing's sides by loop id so a pair of loops has one key.
     swap = loop_i > loop_j
-    return Crossings(point, angle, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
+    return Crossings(point, angle_deg, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
                      np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j),
                      np.maximum(rows_at(first.bend_deg, i), rows_at(second.bend_deg, j)))
 
@@ -1105,24 +1113,26 @@ class Tangle:
 
 
 def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopShape | None = None,
-                 crossing_pairs: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Tangle | None, str | None]:
+                 screened: tuple[np.ndarray, ...] | None = None) -> tuple[Tangle | None, str | None]:
     """Add a placed loop if it keeps every rule against itself and the loops so far.
 
     Only pairs involving the new loop are examined: the old loops were
     checked when they were added and nothing about them has changed. A
     budgeted shape also asks the loop to cross an earlier one, and to keep
-    the crossings between loops within its crossing_cap. crossing_pairs,
-    from screen_placements, are (new segment, tangle row) pairs found at a
-    radius of at least this loop's and the tangle's longest segment, so they
-    hold every crossing with the tangle and need not be searched for again.
+    the crossings between loops within its crossing_cap. screened, from
+    screen_placements, holds the loop's crossings with the tangle at this
+    position as (new segment, tangle row, point, angle) rows, found at a
+    radius of at least this loop's and the tangle's longest segment and
+    worked out as crossings_between would, so they need not be found again.
     """
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
 
     new = loop_segments(points, len(tangle.loops))
     longest = max(tangle.longest, longest_segment(new))
-    if crossing_pairs is None:
-        crossing_pairs = grid_pairs(tangle.grid, new.mid, longest)
-    between = crossings_between(new, tangle.segs, *crossing_pairs)
+    if screened is None:
+        between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
+    else:
+        between = label_crossings(new, tangle.segs, *screened)
     if shape is not None:
         # One piece: a loop floating apart is easy to count.
         if tangle.loops and len(between) == 0:
@@ -1194,16 +1204,19 @@ class PlacementFaults:
 @dataclass(frozen=True)
 class CopyCrossings:
     """The crossings the screen found for copies within the crossing budget (the only ones it can hand on):
-    each one's copy, and its segment along the loop and row of the tangle.  (H,) each"""
+    each one's copy, its segment along the loop and row of the tangle, where and at what angle.  (H,) each"""
 
     copy: np.ndarray
     segment: np.ndarray
     row: np.ndarray
+    point: np.ndarray  # (H, 2) px
+    angle_deg: np.ndarray
 
-    def of(self, copy: int) -> tuple[np.ndarray, np.ndarray]:
-        """The (segment, tangle row) pairs of one copy's crossings, for try_add_loop."""
+    def of(self, copy: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One copy's crossings as (segment, tangle row, point, angle) rows, for try_add_loop."""
         mine = self.copy == copy
-        return rows_where(self.segment, mine), rows_where(self.row, mine)
+        return (rows_where(self.segment, mine), rows_where(self.row, mine), rows_where(self.point, mine),
+                rows_where(self.angle_deg, mine))
 
 
 def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, room: float, cfg: Config
@@ -1249,7 +1262,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
 
     faults = PlacementFaults(crossings, per_copy(angle < cfg.min_crossing_angle),
                              per_copy(bent), per_copy(crowded), per_copy(lens))
-    return faults, CopyCrossings(copy, segment, row)
+    return faults, CopyCrossings(copy, segment, row, point, angle)
 
 
 def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -1262,10 +1275,10 @@ def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
-                      ) -> tuple[np.ndarray | None, tuple[np.ndarray, np.ndarray] | None, str | None]:
+                      ) -> tuple[np.ndarray | None, tuple[np.ndarray, ...] | None, str | None]:
     """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings with the tangle pass.
 
-    Returns the moved loop with the segment pairs of its crossings (for
+    Returns the moved loop with its crossings (CopyCrossings.of, for
     try_add_loop), or None, None and the rule that every position broke.
 
     Most budgeted candidates fail on where they land (too many crossings, or
@@ -1336,11 +1349,11 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
             shape = shapes[len(tangle.loops)]
             for _ in range(cfg.loop_attempts):
                 candidate, reason = draw_loop(cfg, rng, shape)
-                pairs = None
+                screened = None
                 if candidate is not None and shape is not None and tangle.loops:
-                    candidate, pairs, reason = screen_placements(tangle, candidate, cfg, rng, shape)
+                    candidate, screened, reason = screen_placements(tangle, candidate, cfg, rng, shape)
                 if candidate is not None:
-                    added, reason = try_add_loop(tangle, candidate, cfg, shape, pairs)
+                    added, reason = try_add_loop(tangle, candidate, cfg, shape, screened)
                 if reason is None:
                     tangle = added
                     break
@@ -1479,7 +1492,7 @@ def save_png(image: Image.Image, target) -> None:
 
 def pixel_sha256(image: Image.Image) -> str:
     """Hash of the decoded RGB pixels: independent of PNG encoder and storage mode."""
-    return hashlib.sha256(np.asarray(image.convert("RGB")).tobytes()).hexdigest()
+    return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
 
 
 def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Image:
