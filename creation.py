@@ -931,8 +931,8 @@ class SegmentGrid:
     are consecutive and their segments form one run of `order`: finding the
     segments near a point takes a few table lookups instead of a tree search.
     The canvas's cells are framed by pad empty ones on every side, so a
-    neighbourhood up to pad cells wide never runs off the table and needs no
-    clipping.
+    neighbourhood reaching up to pad cells from its point's cell never runs
+    off the table and needs no clipping.
     """
 
     size: int  # canvas side, px
@@ -944,12 +944,17 @@ class SegmentGrid:
     @property
     def columns(self) -> int:
         """Cells per row and per column of the canvas."""
-        return int(self.size // GRID_CELL_PX) + 1
+        return grid_columns(self.size)
 
     @property
     def width(self) -> int:
         """Cells per row and per column of the table, frame included."""
         return self.columns + 2 * self.pad
+
+
+def grid_columns(size: int) -> int:
+    """Cells per row and per column of a canvas size px wide."""
+    return int(size // GRID_CELL_PX) + 1
 
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
@@ -959,22 +964,25 @@ def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
     return row * (columns + 2 * pad) + col
 
 
-def grid_pad_cells(cfg: Config) -> int:
-    """A frame wide enough for the clearance and parallel-stretch search at segments up to a cell long."""
-    return math.ceil((max(cfg.min_gap, cfg.parallel_gap) + GRID_CELL_PX) / GRID_CELL_PX)
-
-
-def build_grid(mid: np.ndarray, size: int, pad: int = 0) -> SegmentGrid:
-    columns = int(size // GRID_CELL_PX) + 1
+def build_grid(mid: np.ndarray, size: int, pad: int) -> SegmentGrid:
+    columns = grid_columns(size)
     cell = grid_cells(mid, columns, pad)
     first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=(columns + 2 * pad)**2))])
     return SegmentGrid(size, pad, first, np.argsort(cell, kind="stable"), mid)
 
 
+def tangle_grid(segs: Segments, cfg: Config, longest: float) -> SegmentGrid:
+    """The grid of a tangle whose longest segment is longest px, framed for the widest search a next loop
+    makes (clearance and parallel stretches); the spare cell covers a next loop's segments up to a cell
+    longer, so its searches need not rebuild the grid."""
+    reach = max(cfg.min_gap, cfg.parallel_gap) + max(longest, GRID_CELL_PX)
+    return build_grid(segs.mid, cfg.size, math.ceil(reach / GRID_CELL_PX) + 1)
+
+
 def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np.ndarray, np.ndarray]:
     """Every (point, segment row) pair whose midpoints are at most radius apart.  (M,), (M,)"""
     reach = int(np.ceil(radius / GRID_CELL_PX))
-    if reach > grid.pad:  # wider than the frame (segments over a cell long): rebuilt with a wider one
+    if reach > grid.pad:  # wider than the frame (a next loop's segments much longer): rebuilt with a wider one
         grid = build_grid(grid.mid, grid.size, reach)
     # Table index of the first cell of each row of each point's neighbourhood; one past its last is 2 reach + 1 on.
     row_first = np.arange(-reach, reach + 1) * grid.width - reach  # (R,) from the point's own cell
@@ -1105,7 +1113,7 @@ class Tangle:
     @staticmethod
     def empty(cfg: Config) -> Tangle:
         segs = concat_segments([loop_segments(np.zeros((0, 2)), 0)])
-        return Tangle((), segs, build_grid(segs.mid, cfg.size, grid_pad_cells(cfg)), Crossings.empty(), 0.0)
+        return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0)
 
     def crossing_room(self, shape: LoopShape) -> float:
         """How many more crossings between loops the shape's crossing_cap allows."""
@@ -1171,8 +1179,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         return None, "min_gap"
     if np.any(parallel_runs_px(candidates, segs, crossings, cfg, longest) > cfg.max_parallel_run):
         return None, "parallel"
-    grid = build_grid(segs.mid, cfg.size, grid_pad_cells(cfg))
-    return Tangle(tangle.loops + (points,), segs, grid, tangle.crossings + crossings, longest), None
+    return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), tangle.crossings + crossings,
+                  longest), None
 
 
 @dataclass(frozen=True)
@@ -1685,11 +1693,17 @@ HEAD_LINES = 200  # data.json names its generator and config within its first ~3
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))  # each 0 where missing
 NOT_OURS = "its head names no generator and config"
 NOT_RECORDS = "its first line is no record of this generator"
+# Making --out failed because of the path itself (too long, read-only, not a folder, forbidden, missing).
+BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT,
+                     errno.EEXIST, errno.ELOOP}
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 
 
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is a file or lies under one, or an export's folder, before anything is made."""
+    """Refuse an --out that is a file or lies under one, a link to nothing, or an export's folder, before
+    anything is made."""
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise BadOutput(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
     for folder in (out_dir, *out_dir.parents):
         if folder.exists():
             if not folder.is_dir():
@@ -2556,8 +2570,10 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     made = missing_folders(out_dir) if shard == WHOLE_RUN else []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:  # a name too long, a read-only or virtual file system: the flag's value is at fault
+    except OSError as error:
         remove_empty_folders(made)
+        if error.errno not in BAD_FOLDER_ERRNOS:  # a full or failing disk is no fault of the flag's value
+            raise
         raise BadOutput(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
     with removed_if_left_empty(made), exclusive_run(out_dir, shard, cfg):
         folders = [IMAGES_DIR, *[SCENES_DIR] * scenes, *[REVIEW_DIR, f"{REVIEW_DIR}/overlays"] * overlays]

@@ -380,6 +380,18 @@ def test_grid_finds_exactly_the_pairs_within_radius(seed, radius, count, pad):
     assert found == sorted(map(tuple, expected.tolist()))
 
 
+def test_a_tangle_grid_is_framed_wide_enough_for_the_next_loops_searches(monkeypatch):
+    """Coarse loops (long segments) must not make every clearance search rebuild the grid."""
+    built = []
+    build_grid = creation.build_grid
+    monkeypatch.setattr(creation, "build_grid", lambda *args: built.append(args[2]) or build_grid(*args))
+    framed = []
+    tangle_grid = creation.tangle_grid
+    monkeypatch.setattr(creation, "tangle_grid", lambda *args: framed.append(args) or tangle_grid(*args))
+    creation.make_sample(Config(seed=7, points_per_loop=300), 0)
+    assert len(framed) > 5 and len(built) == len(framed)  # every grid is a tangle's: no search rebuilt one
+
+
 def test_incremental_crossings_match_a_whole_tangle_search():
     """The sampler finds crossings loop by loop through the grid; a k-d tree over the finished tangle must agree."""
     cfg = Config(n=40, seed=3)

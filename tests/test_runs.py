@@ -917,6 +917,14 @@ def test_an_out_folder_that_cannot_be_made_is_bad_input_named_as_such(tmp_path, 
     assert list(tmp_path.iterdir()) == []  # the parent it made on the way is gone again
 
 
+def test_an_out_link_to_nothing_is_bad_input_that_says_so(tmp_path, capsys):
+    (tmp_path / "out").symlink_to(tmp_path / "gone")
+    assert creation.main([*FLAGS, "--out", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: --out {tmp_path / 'out'} is a symbolic link to {tmp_path / 'gone'}, which does not exist"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
 @pytest.mark.parametrize("stage", ["remove_taken_shard_files", "write_contact_sheet"])
 def test_a_stop_once_the_dataset_is_complete_does_not_ask_to_resume(stage, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
