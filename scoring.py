@@ -1462,6 +1462,9 @@ def main(argv: list[str] | None = None, prog: str = "scoring.py") -> int:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     _print_to_pipe(json.dumps(report, indent=1) if args.json else text)
+    if report["n_predicted"] == 0:  # a harness that died before writing would otherwise pass for a model at 0 %
+        print(f"{prog}: warning: {args.evaluate} holds no predictions: every item is graded as missing",
+              file=sys.stderr)
     if args.report_dir:
         print(f"{prog}: wrote report.txt, per_item.jsonl, accuracy_by_count.png and confusion.png in "
               f"{args.report_dir}", file=sys.stderr)

@@ -739,6 +739,15 @@ def evaluate_cli(*args, prog=None):
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
+def test_an_empty_predictions_file_is_graded_with_a_warning_line(tiny, tmp_path):
+    dataset, _ = tiny
+    empty = write_predictions(tmp_path / "empty.jsonl", [])
+    result = evaluate_cli("--evaluate", empty, "--dataset", dataset)
+    assert result.returncode == 0 and "missing" in result.stdout
+    assert result.stderr.splitlines() == [
+        f"scoring.py: warning: {empty} holds no predictions: every item is graded as missing"]
+
+
 def test_every_figure_of_the_tiny_report_checked_by_hand(tiny):
     dataset, predictions = tiny
     report = evaluate_predictions(scoring.load_records(dataset), predictions, dataset)
@@ -1032,7 +1041,7 @@ def test_a_malformed_harness_sample_is_one_line(tiny, tmp_path, sample, message)
 def test_a_reader_that_leaves_early_gets_no_traceback(tmp_path):
     records = [{"image": f"images/tangled_loops_{i:05d}.png", "index": i, "answer": 3} for i in range(5000)]
     dataset = write_dataset(tmp_path / "data", records)
-    predictions = write_predictions(tmp_path / "p.jsonl", [])  # every image missing: a report of some 200 KB
+    predictions = write_predictions(tmp_path / "p.jsonl", [{"index": 0, "response": "3"}])  # 4,999 missing: ~200 KB
     result = subprocess.run(
         f'"{sys.executable}" "{ROOT / "scoring.py"}" --evaluate "{predictions}" --dataset "{dataset}" --json | head -1',
         shell=True, capture_output=True, text=True, timeout=120)
