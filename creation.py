@@ -48,7 +48,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 from PIL import Image
@@ -1120,8 +1120,17 @@ class Tangle:
         return shape.crossing_cap - np.count_nonzero(~self.crossings.is_self)
 
 
+class ScreenedCrossings(NamedTuple):
+    """One position's crossings with the tangle as the screen found them, for try_add_loop.  (H,) each"""
+
+    segment: np.ndarray  # along the new loop
+    row: np.ndarray  # of the tangle's segments
+    point: np.ndarray  # (H, 2) px
+    angle_deg: np.ndarray
+
+
 def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopShape | None = None,
-                 screened: tuple[np.ndarray, ...] | None = None) -> tuple[Tangle | None, str | None]:
+                 screened: ScreenedCrossings | None = None) -> tuple[Tangle | None, str | None]:
     """Add a placed loop if it keeps every rule against itself and the loops so far.
 
     Only pairs involving the new loop are examined: the old loops were
@@ -1129,7 +1138,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     budgeted shape also asks the loop to cross an earlier one, and to keep
     the crossings between loops within its crossing_cap. screened, from
     screen_placements, holds the loop's crossings with the tangle at this
-    position as (new segment, tangle row, point, angle) rows, found at a
+    position, found at a
     radius of at least this loop's and the tangle's longest segment and
     worked out as crossings_between would, so they need not be found again.
     """
@@ -1220,11 +1229,11 @@ class CopyCrossings:
     point: np.ndarray  # (H, 2) px
     angle_deg: np.ndarray
 
-    def of(self, copy: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """One copy's crossings as (segment, tangle row, point, angle) rows, for try_add_loop."""
+    def of(self, copy: int) -> ScreenedCrossings:
+        """One copy's crossings, for try_add_loop."""
         mine = self.copy == copy
-        return (rows_where(self.segment, mine), rows_where(self.row, mine), rows_where(self.point, mine),
-                rows_where(self.angle_deg, mine))
+        return ScreenedCrossings(rows_where(self.segment, mine), rows_where(self.row, mine),
+                                 rows_where(self.point, mine), rows_where(self.angle_deg, mine))
 
 
 def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, room: float, cfg: Config
@@ -1283,7 +1292,7 @@ def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
-                      ) -> tuple[np.ndarray | None, tuple[np.ndarray, ...] | None, str | None]:
+                      ) -> tuple[np.ndarray | None, ScreenedCrossings | None, str | None]:
     """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings with the tangle pass.
 
     Returns the moved loop with its crossings (CopyCrossings.of, for
