@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.4.1"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.5.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -178,6 +178,8 @@ class Config:
     min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", "traceability rules")
     min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
                                            "traceability rules")
+    crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
+                                      "px: three closer together read as one blot", "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
     max_crossing_bend: float = knob(0.5, f"most a strand may turn within {BEND_WINDOW_PX:g} px of arc of a crossing, "
                                     "as a share of the crossing angle, unless it keeps the curvature it has either side",
@@ -222,7 +224,7 @@ class Config:
                 raise ValueError(f"{flag(low)} {getattr(self, low)} exceeds "
                                  f"{flag(high)} {getattr(self, high)}")
         for name in ("interior_margin", "angle_jitter", "radius_jitter", "min_gap",
-                     "min_crossing_separation", "min_same_pair_separation",
+                     "min_crossing_separation", "min_same_pair_separation", "crossing_cluster_px",
                      "min_curvature_radius", "min_curl_px", "parallel_gap", "max_parallel_run",
                      "max_crossing_bend"):
             if not getattr(self, name) >= 0:
@@ -869,18 +871,29 @@ def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
     return np.max(np.where(lobe, point_distances(crossings.point, segs.mid), 0.0), axis=1)
 
 
+def crossing_crowding(points: np.ndarray, cfg: Config) -> np.ndarray:
+    """How many other crossings lie within crossing_cluster_px of each crossing.  (C, 2) in, (C,) out"""
+    dist = point_distances(points, points)
+    np.fill_diagonal(dist, np.inf)
+    return (dist <= cfg.crossing_cluster_px).sum(axis=1)
+
+
 def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
-    """Whether any new crossing is too close to another crossing, any or of the same two loops.
+    """Whether any new crossing is too close to another crossing, any or of the same two loops, or in a cluster.
 
     Crossings from first_new on are new; each is compared with every other one.
+    A cluster is a crossing with two others within crossing_cluster_px; only
+    clusters a new crossing belongs to count (the others were checked before).
     """
     new = slice(first_new, None)
-    dist = point_distances(crossings.point[new], crossings.point)
-    rows = np.arange(len(crossings) - first_new)
-    dist[rows, rows + first_new] = np.inf  # a crossing is not too close to itself
+    everywhere = point_distances(crossings.point, crossings.point)  # (C, C)
+    np.fill_diagonal(everywhere, np.inf)  # a crossing is not near itself
+    dist = everywhere[new]
+    near = everywhere <= cfg.crossing_cluster_px
+    in_new_cluster = (near.sum(axis=1) >= 2) & (near[:, new].any(axis=1) | (np.arange(len(near)) >= first_new))
     same_pair = ((crossings.loop_a[new][:, None] == crossings.loop_a)
                  & (crossings.loop_b[new][:, None] == crossings.loop_b))
-    too_close = bool(np.any(dist < cfg.min_crossing_separation))
+    too_close = bool(np.any(dist < cfg.min_crossing_separation) or np.any(in_new_cluster))
     shallower = np.minimum(crossings.angle_deg[new][:, None], crossings.angle_deg[None, :])
     same_pair_close = bool(np.any(same_pair & (dist < same_pair_separation_px(shallower, cfg))))
     return too_close, same_pair_close
@@ -1089,7 +1102,7 @@ LOOSEN = {  # what to change when most redraws break a rule
     "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
     "crossing_angle": "lower --max-loops or --min-crossing-angle",
     "crossing_bend": "lower --max-loops or raise --max-crossing-bend",
-    "crossing_separation": "lower --max-loops or --min-crossing-separation",
+    "crossing_separation": "lower --max-loops, --min-crossing-separation or --crossing-cluster-px",
     "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
                             "the same two loops must leave a gap of --min-gap between them)",
     "min_gap": "lower --max-loops or --min-gap",
@@ -1109,11 +1122,12 @@ class Tangle:
     grid: SegmentGrid  # over segs
     crossings: Crossings
     longest: float  # longest_segment(segs)
+    crowding: np.ndarray  # (C,) crossing_crowding of the crossings, kept for the position screen
 
     @staticmethod
     def empty(cfg: Config) -> Tangle:
         segs = concat_segments([loop_segments(np.zeros((0, 2)), 0)])
-        return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0)
+        return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0, np.zeros(0, dtype=np.int64))
 
     def crossing_room(self, shape: LoopShape) -> float:
         """How many more crossings between loops the shape's crossing_cap allows."""
@@ -1188,8 +1202,9 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         return None, "min_gap"
     if np.any(parallel_runs_px(candidates, segs, crossings, cfg, longest) > cfg.max_parallel_run):
         return None, "parallel"
-    return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), tangle.crossings + crossings,
-                  longest), None
+    crossings = tangle.crossings + crossings
+    return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest,
+                  crossing_crowding(crossings.point, cfg)), None
 
 
 @dataclass(frozen=True)
@@ -1269,17 +1284,33 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     gap = point_distances(point, point)  # (H, H)
     np.fill_diagonal(gap, np.inf)
     same_copy = copy[:, None] == copy[None, :]
+    near_old = old_gap <= cfg.crossing_cluster_px  # (H, C)
+    # A new crossing with two others near, old or of the same copy, makes a cluster.
     crowded = ((old_gap < cfg.min_crossing_separation).any(axis=1)
-               | (same_copy & (gap < cfg.min_crossing_separation)).any(axis=1))
+               | (same_copy & (gap < cfg.min_crossing_separation)).any(axis=1)
+               | (near_old.sum(axis=1) + (same_copy & (gap <= cfg.crossing_cluster_px)).sum(axis=1) >= 2))
     lens_gap = same_pair_separation_px(np.minimum(angle[:, None], angle[None, :]), cfg)
     lens = (same_copy & (other[:, None] == other[None, :]) & (gap < lens_gap)).any(axis=1)
 
     def per_copy(flags: np.ndarray) -> np.ndarray:
         return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
 
-    faults = PlacementFaults(crossings, per_copy(angle < cfg.min_crossing_angle),
-                             per_copy(bent), per_copy(crowded), per_copy(lens))
+    clustered = per_copy(crowded) | joins_old_clusters(copy, near_old, tangle.crowding, len(tries))
+    faults = PlacementFaults(crossings, per_copy(angle < cfg.min_crossing_angle), per_copy(bent), clustered,
+                             per_copy(lens))
     return faults, CopyCrossings(copy, segment, row, point, angle)
+
+
+def joins_old_clusters(copy: np.ndarray, near_old: np.ndarray, crowding: np.ndarray, copies: int) -> np.ndarray:
+    """Per copy: whether it gives an old crossing a second neighbour within crossing_cluster_px.  (K,) bool
+
+    copy (H,) names each new crossing's copy, near_old (H, C) says which old crossings lie within reach,
+    and crowding (C,) how many neighbours each old one has already (at most one: the tangle holds no cluster).
+    """
+    rows, cols = np.nonzero(near_old)
+    old = len(crowding)
+    new_count = np.bincount(copy[rows] * old + cols, minlength=copies * old).reshape(copies, old)  # (K, C)
+    return ((new_count >= 1) & (crowding + new_count >= 2)).any(axis=1)
 
 
 def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:

@@ -106,6 +106,27 @@ def test_three_strands_through_nearly_one_point_are_rejected():
     assert "crossing_separation" in creation.tangle_violations(loops, CFG)
 
 
+def crossings_at(*points):
+    """Steep crossings at the given points, each of its own pair of loops."""
+    count = len(points)
+    return creation.Crossings(np.array(points, dtype=float), np.full(count, 90.0), np.arange(count),
+                              np.arange(count) + count, np.zeros(count), np.zeros(count), np.zeros(count))
+
+
+@pytest.mark.parametrize("old, new, clustered", [
+    ([], [(0, 0), (20, 0), (500, 500)], False),  # two crossings 20 px apart: each has one neighbour
+    ([], [(0, 0), (20, 0), (10, 17)], True),  # three within 20 px of each other
+    ([(0, 0), (20, 0)], [(10, 17)], True),  # the new one has two neighbours
+    ([(0, 0), (20, 0)], [(-20, 0)], True),  # the new one gives an old one its second neighbour
+    ([(0, 0), (20, 0)], [(-26, 0)], False),  # just beyond 25 px
+    ([(0, 0), (20, 0), (10, 17)], [(300, 300)], False),  # only clusters a new crossing is in count
+])
+def test_a_crossing_may_have_one_other_within_the_cluster_radius(old, new, clustered):
+    crossings = crossings_at(*old, *new)
+    too_close, same_pair_close = creation.crossing_separation_faults(crossings, len(old), CFG)
+    assert (too_close, same_pair_close) == (clustered, False)
+
+
 def test_strands_close_only_at_a_crossing_are_excused():
     # Two rings crossing at about 56 degrees: strands come closer than min_gap only there.
     loops = [circle(400, 400, 200), circle(650, 650, 200)]
@@ -469,6 +490,7 @@ def assert_every_rule_holds(loops, cfg):
     assert np.all(angles >= cfg.min_crossing_angle - 0.01)
     dist = np.linalg.norm(points[:, None] - points[None], axis=2) + np.eye(len(points)) * 1e9
     assert np.all(dist >= cfg.min_crossing_separation)
+    assert np.all((dist <= cfg.crossing_cluster_px).sum(axis=1) <= 1)  # no three crossings in one small patch
     same_pair = np.all(pairs[:, None] == pairs[None], axis=2)
     # Two crossings of the same loops, D apart at angle theta, leave a lens about
     # D tan(theta / 4) wide between them, which must not be thinner than min_gap.
