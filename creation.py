@@ -689,6 +689,13 @@ def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.hypot(a[:, 0, None] - b[:, 0], a[:, 1, None] - b[:, 1])
 
 
+def gaps_between(points: np.ndarray) -> np.ndarray:
+    """Distance between every two of the points, infinite from a point to itself.  (C, 2) in, (C, C) out"""
+    gaps = point_distances(points, points)
+    np.fill_diagonal(gaps, np.inf)
+    return gaps
+
+
 def point_segment_distance(x, a, b) -> np.ndarray:
     # Components spelled out: np.sum over a length-2 axis is several times slower.
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
@@ -873,9 +880,7 @@ def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
 
 def crossing_crowding(points: np.ndarray, cfg: Config) -> np.ndarray:
     """How many other crossings lie within crossing_cluster_px of each crossing.  (C, 2) in, (C,) out"""
-    dist = point_distances(points, points)
-    np.fill_diagonal(dist, np.inf)
-    return (dist <= cfg.crossing_cluster_px).sum(axis=1)
+    return (gaps_between(points) <= cfg.crossing_cluster_px).sum(axis=1)
 
 
 def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
@@ -886,8 +891,7 @@ def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config
     clusters a new crossing belongs to count (the others were checked before).
     """
     new = slice(first_new, None)
-    everywhere = point_distances(crossings.point, crossings.point)  # (C, C)
-    np.fill_diagonal(everywhere, np.inf)  # a crossing is not near itself
+    everywhere = gaps_between(crossings.point)  # (C, C)
     dist = everywhere[new]
     near = everywhere <= cfg.crossing_cluster_px
     in_new_cluster = (near.sum(axis=1) >= 2) & (near[:, new].any(axis=1) | (np.arange(len(near)) >= first_new))
@@ -1152,9 +1156,9 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     budgeted shape also asks the loop to cross an earlier one, and to keep
     the crossings between loops within its crossing_cap. screened, from
     screen_placements, holds the loop's crossings with the tangle at this
-    position, found at a
-    radius of at least this loop's and the tangle's longest segment and
-    worked out as crossings_between would, so they need not be found again.
+    position, found at a radius of at least this loop's and the tangle's
+    longest segment and worked out as crossings_between would, so they need
+    not be found again.
     """
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
 
@@ -1281,8 +1285,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     bent = bends_misleadingly(np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), angle, cfg)
     old_gap = point_distances(point, tangle.crossings.point)  # (H, C)
     # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
-    gap = point_distances(point, point)  # (H, H)
-    np.fill_diagonal(gap, np.inf)
+    gap = gaps_between(point)  # (H, H)
     same_copy = copy[:, None] == copy[None, :]
     near_old = old_gap <= cfg.crossing_cluster_px  # (H, C)
     # A new crossing with two others near, old or of the same copy, makes a cluster.
