@@ -1729,7 +1729,7 @@ IMAGE_PATH_RE = re.compile(rf"^{IMAGES_DIR}/{TASK_NAME}_\d+\.png$")  # how a rec
 SCENE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.json$")
 MAX_SCENE_BYTES = 1 << 28  # far above any scene (about 15 bytes a point): a larger file is not read, and is redrawn
 TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.tmp\d+$")
-SHARD_NAME_RE = re.compile(r"^shard-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")
+SHARD_NAME_RE = re.compile(r"^(?:shard|\.progress)-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")  # a shard file or journal
 HEAD_FIELD_RE = re.compile(r'^( {1,2})"(\w+)": (.*?),?\s*$')  # a "key": value line of data.json's head
 MAX_LINE_BYTES = 1 << 16  # a record line is under 1 KB: a longer one is damaged, and never held whole
 HEAD_LINES = 200  # data.json names its generator and config within its first ~35 lines
@@ -1946,7 +1946,7 @@ def shard_path(out_dir: Path, shard: Shard) -> Path:
 
 
 def shard_of(path: Path) -> Shard | None:
-    """The shard a shard file's name says it holds."""
+    """The shard a shard file's (or a shard run's journal's) name says it holds."""
     match = SHARD_NAME_RE.match(path.name)
     return Shard(int(match["k"]), int(match["m"])) if match else None
 
@@ -2029,6 +2029,7 @@ class Survey:
     mine: list[Path]  # files whose records the run may reuse; a later file's record for an index wins
     foreign: list[tuple[Path, str]]  # another dataset's files, each with what differs
     damaged_journal: bool  # the run's own journal declares nothing: killed before its header was written
+    other_split: list[Path]  # this dataset's shard files and journals of another shard count than the run's
 
 
 def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
@@ -2040,7 +2041,7 @@ def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
     for belonging to the same dataset.
     """
     expected = identity_fields(cfg)
-    survey = Survey([], [], False)
+    survey = Survey([], [], False, [])
     journal, annotations, data = journal_path(out_dir, shard), out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE
     empty = not data.exists() or os.lstat(data).st_size == 0
     fields, whole = ({}, False) if empty else data_json_head(data)
@@ -2070,6 +2071,8 @@ def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
             survey.foreign.append((path, difference))
         elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
             survey.mine.append(path)
+        elif shard != WHOLE_RUN and shard_of(path) is not None and shard_of(path).m != shard.m:
+            survey.other_split.append(path)
     return survey
 
 
@@ -2622,6 +2625,10 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         folders = [IMAGES_DIR, *[SCENES_DIR] * scenes, *[REVIEW_DIR, f"{REVIEW_DIR}/overlays"] * overlays]
         refuse_non_files_at_targets(out_dir, shard, folders)
         survey = survey_folder(cfg, out_dir, shard)
+        if survey.other_split:  # a merge would refuse the mix only after every shard had been drawn
+            found = shard_of(survey.other_split[0])
+            raise DatasetError(f"{out_dir} holds shard work split {found.m} ways ({survey.other_split[0].name}); "
+                               f"this run is shard {shard.k}/{shard.m}: give every shard the same M")
         refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
         subfolders = [IMAGES_DIR, f"{REVIEW_DIR}/overlays", REVIEW_DIR, SCENES_DIR]  # deepest first
         made_inside = [out_dir / name for name in subfolders if not os.path.lexists(out_dir / name)]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from dataclasses import dataclass
 from multiprocessing import Pool
@@ -38,6 +39,8 @@ import numpy as np
 from PIL import Image
 from scipy import ndimage
 from skimage.morphology import skeletonize
+
+from dataset_records import DatasetInputError, read_records
 
 EIGHT = np.ones((3, 3), dtype=bool)
 NEIGHBOUR_OFFSETS = [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)]
@@ -668,7 +671,7 @@ def _recount_record(args: tuple[str, dict, str | None]) -> tuple[dict, dict, flo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     parser.add_argument("dataset_dir", type=Path, help="folder holding annotations.jsonl and the images it names")
     parser.add_argument("--limit", type=int, default=None, help="recount only the first K images")
     parser.add_argument("--workers", type=int, default=1, help="processes; 1 runs without a pool (default 1)")
@@ -678,12 +681,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-
-    with open(args.dataset_dir / "annotations.jsonl") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    if args.limit is not None:
-        records = records[: args.limit]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.workers < 1 or (args.limit is not None and args.limit < 1):
+        parser.error(f"need --workers >= 1 and --limit >= 1; got {args.workers}, {args.limit}")
+    try:
+        records = read_records(args.dataset_dir, args.limit)
+    except DatasetInputError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
     if args.overlay_dir is not None:
         args.overlay_dir.mkdir(parents=True, exist_ok=True)
     overlay_dir = str(args.overlay_dir) if args.overlay_dir is not None else None

@@ -127,6 +127,8 @@ from PIL import Image
 from scipy import ndimage
 from skimage.morphology import skeletonize
 
+from dataset_records import DatasetInputError, read_records
+
 SEED_ATTACK_THRESHOLD = 110  # grey level used by the seed's endpoint attack
 NOISE_SIGMAS_BELOW_BACKGROUND = 6.0  # darker than this is surely not background noise
 MIN_NOISE_SIGMA = 1.0  # grey levels; 8-bit quantisation, also for noise-free images
@@ -777,9 +779,7 @@ def format_table(report: dict) -> str:
 
 
 def read_annotations(dataset_dir: Path, limit: int | None) -> tuple[list[Path], list[int]]:
-    with open(dataset_dir / "annotations.jsonl", encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
-    records = records[:limit]
+    records = read_records(dataset_dir, limit)
     return [dataset_dir / record["image"] for record in records], [int(record["answer"]) for record in records]
 
 
@@ -799,7 +799,8 @@ def compute_all_features(paths: list[Path], workers: int) -> list[tuple[dict[str
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description="How well do cheap image statistics predict the loop count?")
+    parser = argparse.ArgumentParser(prog=Path(__file__).name,
+                                     description="How well do cheap image statistics predict the loop count?")
     parser.add_argument("dataset_dir", type=Path, help="folder with annotations.jsonl and the images it names")
     parser.add_argument("--limit", type=int, default=None, help="audit only the first K annotations")
     parser.add_argument(
@@ -845,7 +846,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.folds < 2 or args.repeats < 1:
         build_parser().error(f"need --folds >= 2 and --repeats >= 1; got {args.folds}, {args.repeats}")
-    paths, answers = read_annotations(args.dataset_dir, args.limit)
+    try:
+        paths, answers = read_annotations(args.dataset_dir, args.limit)
+        if len(paths) < 4:  # the half/half splits need two images a side
+            raise DatasetInputError(f"{args.dataset_dir} holds {len(paths)} images; the audit needs at least 4")
+    except DatasetInputError as error:
+        print(f"{build_parser().prog}: error: {error}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     measured = compute_all_features(paths, args.workers)
     seconds = time.perf_counter() - started

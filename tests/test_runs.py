@@ -106,6 +106,20 @@ def test_merge_keeps_a_different_datasets_files(two_of_three_shards, tmp_path_fa
     assert json.loads((out / "data.json").read_text())["config"]["seed"] == SEED
 
 
+@pytest.mark.parametrize("left", ["shard file", "journal"])
+def test_a_shard_of_another_split_is_refused_before_drawing(two_of_three_shards, left, capsys):
+    out = two_of_three_shards
+    if left == "journal":  # a shard run of the first split still going, or killed
+        (out / "shards" / "shard-00002-of-00003.jsonl").rename(out / ".progress-00002-of-00003.jsonl")
+    before = listing(out)
+    assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/4", "--workers", "1"]) == 1
+    name = "shard-00000-of-00003.jsonl" if left == "shard file" else ".progress-00002-of-00003.jsonl"
+    assert capsys.readouterr().err.strip().endswith(
+        f"{out} holds shard work split 3 ways ({name}); this run is shard 1/4: give every shard the same M")
+    assert listing(out) == before
+    assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/3", "--workers", "1"]) == 0
+
+
 def test_merge_refuses_an_image_that_does_not_match(two_of_three_shards, capsys):
     assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--shard", "1/3", "--workers", "1"]) == 0
     shutil.copy(two_of_three_shards / "images" / "tangled_loops_00000.png",

@@ -1,0 +1,53 @@
+"""A dataset folder's records, read for the audit scripts (recount.py, shortcuts.py).
+
+Both scripts judge a folder someone points them at, so a folder that is not a
+dataset is refused with one line naming what is wrong, before any image is
+measured: a traceback from a worker process, or an empty dataset "passing" a
+gate, would say nothing useful. Standard library only, and independent of
+creation.py, like the scripts themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ANNOTATIONS = "annotations.jsonl"
+
+
+class DatasetInputError(ValueError):
+    """The folder does not hold a readable dataset; the message is one line."""
+
+
+def read_records(dataset_dir: Path, limit: int | None = None) -> list[dict]:
+    """The first `limit` records (all when None) of dataset_dir/annotations.jsonl, each with a string
+    "image" naming a file in the folder and an integer "answer"."""
+    if not dataset_dir.is_dir():
+        raise DatasetInputError(f"{dataset_dir} is not a folder")
+    path = dataset_dir / ANNOTATIONS
+    if not path.is_file():
+        raise DatasetInputError(f"{dataset_dir} holds no {ANNOTATIONS}; make a dataset there with "
+                                f"`python creation.py --out {dataset_dir}`")
+    records = []
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            if limit is not None and len(records) == limit:
+                break
+            if line.strip():
+                records.append(checked_record(dataset_dir, line, f"{path} line {number}"))
+    if not records:
+        raise DatasetInputError(f"{path} holds no records")
+    return records
+
+
+def checked_record(dataset_dir: Path, line: str, where: str) -> dict:
+    try:
+        record = json.loads(line)
+    except ValueError as error:
+        raise DatasetInputError(f"{where}: not JSON ({error})") from None
+    image, answer = (record.get("image"), record.get("answer")) if isinstance(record, dict) else (None, None)
+    if not isinstance(image, str) or type(answer) is not int:
+        raise DatasetInputError(f'{where}: not a record with a string "image" and an integer "answer"')
+    if not (dataset_dir / image).is_file():
+        raise DatasetInputError(f"{where}: its image {image} is not in {dataset_dir}")
+    return record
