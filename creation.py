@@ -2383,7 +2383,8 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
 
     jobs may be a generator: it is read only as fast as results come back.
     """
-    results = (function(job) for job in jobs) if workers == 1 else pool_results(function, jobs, workers)
+    workers = min(workers, total)  # a pool forks all its workers up front, busy or not
+    results = (function(job) for job in jobs) if workers <= 1 else pool_results(function, jobs, workers)
     with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress, \
             contextlib.closing(results):  # stopping here stops the pool too
         for result in results:
@@ -2897,7 +2898,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--contact-sheet needs the whole dataset: pass it to --merge instead of --shard")
     if args.overlays and args.merge:
         parser.error("--overlays is made while generating: pass it with --shard")
-    workers = min(args.workers, cfg.n)
     # Signal handlers can only be set from the main thread; a harness calling main() elsewhere keeps its own.
     in_main_thread = threading.current_thread() is threading.main_thread()
     STOP_REQUEST.stop = None
@@ -2908,13 +2908,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.merge:
             count = cfg.n
-            merged = merge_shards(cfg, args.out, workers, args.quiet, args.scenes, args.overwrite)
+            merged = merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.overwrite)
             done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
                     else "the dataset was merged already; nothing left to do")
         else:
             shard = args.shard or WHOLE_RUN
             count = len(shard.indices(cfg.n))
-            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays,
+            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
                                      args.scenes)
             files = f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name
             done = (f"wrote {count} images and {files}" if drawn == count

@@ -569,6 +569,22 @@ def test_default_workers_follow_the_cores_this_process_may_use(monkeypatch):
     assert creation.build_parser().parse_args([]).workers == 1
 
 
+def test_a_pool_starts_no_more_workers_than_there_are_images(tmp_path, monkeypatch):
+    started = []
+
+    class Recording(creation.ProcessPoolExecutor):
+        def __init__(self, workers, **options):
+            started.append(workers)
+            super().__init__(workers, **options)
+
+    monkeypatch.setattr(creation, "ProcessPoolExecutor", Recording)
+    assert creation.main(["--n", "3", "--seed", "3", "--quiet", "--out", str(tmp_path / "a"), "--workers", "16"]) == 0
+    shard = ["--n", "7", "--seed", "3", "--quiet", "--workers", "16", "--shard"]
+    assert creation.main([*shard, "0/3", "--out", str(tmp_path / "b")]) == 0  # images 0, 3 and 6
+    assert creation.main([*shard, "1/6", "--out", str(tmp_path / "c")]) == 0  # image 1 alone, drawn without a pool
+    assert started == [3, 3]
+
+
 def test_workers_are_forked_whatever_the_default_start_method(tmp_path):
     """Python 3.14 makes forkserver Linux's default; workers must still be this process's children."""
     code = ("import multiprocessing, sys; multiprocessing.set_start_method('forkserver'); "
