@@ -533,6 +533,11 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 # ---------------------------------------------------------------------------
 # Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles,
 # parallel stretches, curl size)
+#
+# numpy works slowly along a short last axis (the two coordinates of a point, the
+# dozen crossings of a loop): sums over it and broadcasts against it cost several
+# times the arithmetic. So points are split into their coordinates where it counts,
+# and tables put the long axis last.
 
 
 # numpy's fancy indexing takes a general, slow path for these two cases; the take and
@@ -678,14 +683,13 @@ def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(divide="ignore", invalid="ignore"):  # signs can say "cross" where rounding leaves denom 0
         t = cross2(q0 - p0, dq) / denom
     point = p0 + t[:, None] * dp
-    dot = dp[:, 0] * dq[:, 0] + dp[:, 1] * dq[:, 1]  # components spelled out: np.sum over a length-2 axis is slower
+    dot = dp[:, 0] * dq[:, 0] + dp[:, 1] * dq[:, 1]
     angle = np.degrees(np.arctan2(np.abs(denom), np.abs(dot)))
     return point, angle
 
 
 def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Distance from every point of a to every point of b.  (A, 2), (B, 2) in, (A, B) out"""
-    # Per coordinate: numpy broadcasts slowly along a short last axis such as the two coordinates.
     return np.hypot(a[:, 0, None] - b[:, 0], a[:, 1, None] - b[:, 1])
 
 
@@ -697,7 +701,6 @@ def gaps_between(points: np.ndarray) -> np.ndarray:
 
 
 def point_segment_distance(x, a, b) -> np.ndarray:
-    # Components spelled out: np.sum over a length-2 axis is several times slower.
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
     axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
     t = clamp((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0, 1.0)
@@ -786,7 +789,7 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     swap = loop_u > loop_v
     u, v = np.where(swap, v, u), np.where(swap, u, v)
     loop_u, loop_v = np.minimum(loop_u, loop_v), np.maximum(loop_u, loop_v)
-    # (C, K) tables, a row per crossing: numpy broadcasts slowly along a short last axis such as the crossings.
+    # (C, K) tables, a row per crossing: the crossings are the short axis.
     window = crossing_window_px(crossings.angle_deg, gap_px, longest)[:, None]  # (C, 1)
     same_strands = (loop_u == crossings.loop_a[:, None]) & (loop_v == crossings.loop_b[:, None])
     arc_u, arc_v = rows_at(segs.arc, u), rows_at(segs.arc, v)
@@ -1319,7 +1322,7 @@ def joins_old_clusters(copy: np.ndarray, near_old: np.ndarray, crowding: np.ndar
 def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """The points moved by each offset.  (P, 2), (K, 2) in, (K, P, 2) out"""
     copies = np.empty((len(offsets), len(points), 2))
-    # One coordinate at a time: numpy broadcasts slowly along a short last axis such as the two coordinates.
+    # One coordinate at a time (the short axis; see the geometry section's head).
     for axis in range(2):
         copies[..., axis] = points[:, axis] + offsets[:, axis, None]
     return copies
