@@ -115,6 +115,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import multiprocessing
 import os
 import sys
@@ -767,15 +768,20 @@ def format_table(report: dict) -> str:
     lines += [f"{row['name']:<{width}}{row['exact']:>8.1%}{row['within_one']:>11.1%}" for row in report["rows"]]
     best = report["strongest"]
     chance = report["rows"][0]["exact"]
+    tested = report["images"] - report["images"] // 2  # a split's test half
     lines.append(
         f"strongest: {best['name']} {best['exact']:.1%} exact, "
-        f"{best['within_one']:.1%} within one (chance {chance:.1%})"
+        f"{best['within_one']:.1%} within one (chance {chance:.1%}; one standard error at chance on "
+        f"{tested} test images: {math.sqrt(chance * (1 - chance) / tested):.1%})"
     )
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------
 # CLI
+
+
+FEW_IMAGES = 200  # below this, say that the figures are noisy
 
 
 def read_annotations(dataset_dir: Path, limit: int | None) -> tuple[list[Path], list[int]]:
@@ -853,6 +859,9 @@ def main(argv: list[str] | None = None) -> int:
     except DatasetInputError as error:
         print(f"{build_parser().prog}: error: {error}", file=sys.stderr)
         return 2
+    if len(paths) < FEW_IMAGES:
+        print(f"note: {len(paths)} images; accuracies on so few move by several points from one dataset to the "
+              "next (the last line gives one standard error)", file=sys.stderr)
     started = time.perf_counter()
     measured = compute_all_features(paths, args.workers)
     seconds = time.perf_counter() - started
