@@ -2632,7 +2632,8 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         if survey.other_split:  # a merge would refuse the mix only after every shard had been drawn
             found = shard_of(survey.other_split[0])
             raise DatasetError(f"{out_dir} holds shard work split {found.m} ways ({survey.other_split[0].name}); "
-                               f"this run is shard {shard.k}/{shard.m}: give every shard the same M")
+                               f"this run is shard {shard.k}/{shard.m}: give every shard the same M, "
+                               "or move those files away to split the dataset anew")
         refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
         subfolders = [IMAGES_DIR, f"{REVIEW_DIR}/overlays", REVIEW_DIR, SCENES_DIR]  # deepest first
         made_inside = [out_dir / name for name in subfolders if not os.path.lexists(out_dir / name)]

@@ -115,7 +115,8 @@ def test_a_shard_of_another_split_is_refused_before_drawing(two_of_three_shards,
     assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/4", "--workers", "1"]) == 1
     name = "shard-00000-of-00003.jsonl" if left == "shard file" else ".progress-00002-of-00003.jsonl"
     assert capsys.readouterr().err.strip().endswith(
-        f"{out} holds shard work split 3 ways ({name}); this run is shard 1/4: give every shard the same M")
+        f"{out} holds shard work split 3 ways ({name}); this run is shard 1/4: give every shard the same M, "
+        "or move those files away to split the dataset anew")
     assert listing(out) == before
     assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/3", "--workers", "1"]) == 0
 
