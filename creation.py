@@ -2382,7 +2382,8 @@ STOP_REQUEST = StopRequest()
 
 
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
-    """Yield function(job) for each of the total jobs in order, on a pool unless workers == 1.
+    """Yield function(job) for each of the total jobs in order, on a pool of up to `workers` processes
+    when that is more than one.
 
     jobs may be a generator: it is read only as fast as results come back.
     """
@@ -2630,8 +2631,9 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         refuse_non_files_at_targets(out_dir, shard, folders)
         survey = survey_folder(cfg, out_dir, shard)
         if survey.other_split:  # a merge would refuse the mix only after every shard had been drawn
-            found = shard_of(survey.other_split[0])
-            raise DatasetError(f"{out_dir} holds shard work split {found.m} ways ({survey.other_split[0].name}); "
+            first = survey.other_split[0]
+            raise DatasetError(f"{out_dir} holds shard work split {shard_of(first).m} ways "
+                               f"({len(survey.other_split)} file(s), first {first.relative_to(out_dir)}); "
                                f"this run is shard {shard.k}/{shard.m}: give every shard the same M, "
                                "or move those files away to split the dataset anew")
         refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)

@@ -21,13 +21,13 @@ class DatasetInputError(ValueError):
 
 def read_records(dataset_dir: Path, limit: int | None = None) -> list[dict]:
     """The first `limit` records (all when None) of dataset_dir/annotations.jsonl, each with a string
-    "image" naming a file in the folder and an integer "answer"."""
+    "image" naming a file by its path relative to the folder and an integer "answer"."""
     if not dataset_dir.is_dir():
         raise DatasetInputError(f"{dataset_dir} is not a folder")
     path = dataset_dir / ANNOTATIONS
     if not path.is_file():
-        raise DatasetInputError(f"{dataset_dir} holds no {ANNOTATIONS}; make a dataset there with "
-                                f"`python creation.py --out {dataset_dir}`")
+        raise DatasetInputError(f"{dataset_dir} holds no {ANNOTATIONS}: not a finished dataset (a sharded "
+                                "one has it once merged with `creation.py --merge`)")
     records = []
     with open(path, encoding="utf-8", errors="replace") as lines:
         for number, line in enumerate(lines, 1):
@@ -49,5 +49,5 @@ def checked_record(dataset_dir: Path, line: str, where: str) -> dict:
     if not isinstance(image, str) or type(answer) is not int:
         raise DatasetInputError(f'{where}: not a record with a string "image" and an integer "answer"')
     if not (dataset_dir / image).is_file():
-        raise DatasetInputError(f"{where}: its image {image} is not in {dataset_dir}")
+        raise DatasetInputError(f"{where}: its image {image} is not found from {dataset_dir}")
     return record

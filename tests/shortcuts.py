@@ -771,8 +771,8 @@ def format_table(report: dict) -> str:
     tested = report["images"] - report["images"] // 2  # a split's test half
     lines.append(
         f"strongest: {best['name']} {best['exact']:.1%} exact, "
-        f"{best['within_one']:.1%} within one (chance {chance:.1%}; one standard error at chance on "
-        f"{tested} test images: {math.sqrt(chance * (1 - chance) / tested):.1%})"
+        f"{best['within_one']:.1%} within one (chance {chance:.1%}; one standard error at chance on a half "
+        f"split's {tested} test images: {math.sqrt(chance * (1 - chance) / tested):.1%})"
     )
     return "\n".join(lines)
 

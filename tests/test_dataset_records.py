@@ -16,12 +16,12 @@ import shortcuts
 
 BAD_FOLDERS = {
     "no folder": (None, "is not a folder"),
-    "no annotations": ("", "holds no annotations.jsonl"),
+    "no annotations": ("", "holds no annotations.jsonl: not a finished dataset"),
     "empty annotations": ("\n\n", "holds no records"),
     "not JSON": ('{"image": "a.png", "answer": 3}\ngarbage\n', "line 2: not JSON"),
     "a list": ("[1, 2, 3]\n", 'line 1: not a record with a string "image" and an integer "answer"'),
     "answer as text": ('{"image": "a.png", "answer": "3"}\n', 'line 1: not a record with'),
-    "missing image": ('{"image": "images/b.png", "answer": 3}\n', "line 1: its image images/b.png is not in"),
+    "missing image": ('{"image": "images/b.png", "answer": 3}\n', "line 1: its image images/b.png is not found from"),
 }
 
 

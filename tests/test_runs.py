@@ -109,13 +109,15 @@ def test_merge_keeps_a_different_datasets_files(two_of_three_shards, tmp_path_fa
 @pytest.mark.parametrize("left", ["shard file", "journal"])
 def test_a_shard_of_another_split_is_refused_before_drawing(two_of_three_shards, left, capsys):
     out = two_of_three_shards
-    if left == "journal":  # a shard run of the first split still going, or killed
+    if left == "journal":  # a shard run of the first split still going, or killed, and nothing else
         (out / "shards" / "shard-00002-of-00003.jsonl").rename(out / ".progress-00002-of-00003.jsonl")
+        (out / "shards" / "shard-00000-of-00003.jsonl").unlink()
     before = listing(out)
     assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/4", "--workers", "1"]) == 1
-    name = "shard-00000-of-00003.jsonl" if left == "shard file" else ".progress-00002-of-00003.jsonl"
+    found = "2 file(s), first shards/shard-00000-of-00003.jsonl" if left == "shard file" else \
+        "1 file(s), first .progress-00002-of-00003.jsonl"
     assert capsys.readouterr().err.strip().endswith(
-        f"{out} holds shard work split 3 ways ({name}); this run is shard 1/4: give every shard the same M, "
+        f"{out} holds shard work split 3 ways ({found}); this run is shard 1/4: give every shard the same M, "
         "or move those files away to split the dataset anew")
     assert listing(out) == before
     assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/3", "--workers", "1"]) == 0

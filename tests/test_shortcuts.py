@@ -103,7 +103,7 @@ def test_audit_is_reproducible_and_formats_a_strongest_line():
     assert first == shortcuts.audit(features, answers, splits=5, seed=7)
     last_line = shortcuts.format_table(first).splitlines()[-1]
     assert last_line.startswith(f"strongest: {first['strongest']['name']} ")
-    assert last_line.endswith("(chance 14.3%; one standard error at chance on 30 test images: 6.4%)")
+    assert last_line.endswith("(chance 14.3%; one standard error at chance on a half split's 30 test images: 6.4%)")
 
 
 def test_the_majority_row_is_below_chance_on_balanced_answers():
