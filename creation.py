@@ -2070,11 +2070,12 @@ def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
             survey.damaged_journal |= path == journal
             continue
         difference = identity_difference(found, expected)
+        named = shard_of(path)  # None for a whole run's journal
         if difference is not None:
             survey.foreign.append((path, difference))
-        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, shard_of(path))):
+        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, named)):
             survey.mine.append(path)
-        elif shard != WHOLE_RUN and shard_of(path) is not None and shard_of(path).m != shard.m:
+        elif shard != WHOLE_RUN and named is not None and named.m != shard.m:
             survey.other_split.append(path)
     return survey
 

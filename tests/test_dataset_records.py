@@ -13,6 +13,7 @@ from PIL import Image
 
 import recount
 import shortcuts
+from dataset_records import read_records
 
 BAD_FOLDERS = {
     "no folder": (None, "is not a folder"),
@@ -55,6 +56,4 @@ def test_the_shortcut_audit_refuses_fewer_images_than_its_splits_need(tmp_path, 
 
 def test_limit_reads_only_the_first_records(tmp_path):
     folder = bad_folder(tmp_path, '{"image": "a.png", "answer": 3}\ngarbage\n')
-    from dataset_records import read_records
-
     assert read_records(folder, limit=1) == [{"image": "a.png", "answer": 3}]
