@@ -768,6 +768,9 @@ def format_table(report: dict) -> str:
     lines += [f"{row['name']:<{width}}{row['exact']:>8.1%}{row['within_one']:>11.1%}" for row in report["rows"]]
     best = report["strongest"]
     chance = report["rows"][0]["exact"]
+    if any(row["name"] == "majority class" and row["exact"] < chance for row in report["rows"]):
+        lines.append("(majority class answers the training half's commonest count; with balanced answers that is "
+                     "the test half's rarest, so it sits below chance by construction)")
     tested = report["images"] - report["images"] // 2  # a split's test half
     lines.append(
         f"strongest: {best['name']} {best['exact']:.1%} exact, "
