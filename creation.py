@@ -78,6 +78,8 @@ MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per in
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
+MAX_LOOPS = 100  # far past what a person can count in one image; a sample's work grows with the square of N
+MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
 BEND_WINDOW_PX = 10.0  # arc either side of a crossing over which a strand's bend is held against it
 GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
@@ -196,7 +198,11 @@ class Config:
                 raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
         for name, limit, why in (("size", MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
                                  ("points_per_loop", MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing "
-                                  "more and only cost memory")):
+                                  "more and only cost memory"),
+                                 *((name, MAX_LOOPS, "far more than a person can count in one image")
+                                   for name in ("min_loops", "max_loops")),
+                                 *((name, MAX_WAYPOINTS, "a loop through more is a scribble")
+                                   for name in ("min_waypoints", "max_waypoints"))):
             if getattr(self, name) > limit:
                 raise ValueError(f"{flag(name)} must be at most {limit:,} ({why}), got {getattr(self, name):,}")
         if not self.original_shapes:
@@ -1725,6 +1731,7 @@ class Shard:
 
 
 WHOLE_RUN = Shard(0, 1)
+MISSING_SHARDS_NAMED = 5  # a merge names the first few missing shards, and counts the rest
 SHARDS_DIR = "shards"
 DATASET_FILES = (ANNOTATIONS_FILE, DATA_FILE)
 IMAGE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.png$")
@@ -2685,7 +2692,7 @@ def checked_shard(cfg: Config, path: Path) -> Shard:
         if difference is not None:
             raise DatasetError(f"{path.name} belongs to a different dataset ({difference})")
         k, m = (header.get("shard"), header.get("of")) if found is not None else (None, None)
-        complete = type(k) is int and type(m) is int and 0 <= k < m
+        complete = type(k) is int and type(m) is int and 0 <= k < m <= cfg.n
         if complete:
             expected = Shard(k, m).indices(cfg.n)
             found_indices = (row.get("index") if isinstance(row, dict) else None for row in rows)
@@ -2708,9 +2715,12 @@ def complete_shard_set(cfg: Config, paths: list[Path]) -> list[Path]:
         if shard.k in by_shard:
             raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
         by_shard[shard.k] = path
-    missing = sorted(set(range(shard_count)) - set(by_shard))
+    missing = shard_count - len(by_shard)
     if missing:
-        raise DatasetError(f"missing shard(s) {', '.join(f'{k}/{shard_count}' for k in missing)}")
+        named = [f"{k}/{shard_count}" for k in itertools.islice(
+            (k for k in range(shard_count) if k not in by_shard), MISSING_SHARDS_NAMED)]
+        more = f" and {missing - len(named):,} more" if missing > len(named) else ""
+        raise DatasetError(f"missing {missing:,} of {shard_count:,} shards: {', '.join(named)}{more}")
     return [by_shard[k] for k in sorted(by_shard)]
 
 
@@ -2747,8 +2757,15 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, 
         raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
     with exclusive_run(out_dir, WHOLE_RUN, cfg):  # it writes what a whole run writes
         refuse_non_files_at_targets(out_dir, WHOLE_RUN)
+        survey = survey_folder(cfg, out_dir, WHOLE_RUN)
+        # Shard work of other flags is most likely the very shards to merge, asked for with a flag mistyped.
+        shard_work = [(path, difference) for path, difference in survey.foreign if SHARD_NAME_RE.match(path.name)]
+        if shard_work:
+            path, difference = shard_work[0]
+            raise DatasetError(f"{path.relative_to(out_dir)} was made with other flags ({difference}): --merge "
+                               "takes the flags the shards were made with, and never removes shard work")
         # The merge writes data.json and annotations.jsonl: another dataset's are replaced only when asked.
-        refuse_or_remove_foreign(cfg, out_dir, survey_folder(cfg, out_dir, WHOLE_RUN), overwrite)
+        refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
         remove_temporaries(out_dir, lambda name: name in {*DATASET_FILES, CONTACT_SHEET_FILE})
         if merged_dataset_present(cfg, out_dir):  # a second merge, or one stopped while removing shard files
             if scenes:  # asked for now, maybe not at the first merge
@@ -2899,6 +2916,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--workers must be at least 1, got {args.workers}")
     if args.merge and args.shard:
         parser.error("--merge combines finished shards; run it without --shard")
+    if args.shard and args.shard.m > cfg.n:
+        parser.error(f"--shard {args.shard.k}/{args.shard.m}: more shards than --n {cfg.n} images, so some "
+                     f"would hold none; split into at most {cfg.n}")
     if args.contact_sheet < 0:
         parser.error(f"--contact-sheet must be non-negative, got {args.contact_sheet}")
     if args.contact_sheet and args.shard:

@@ -10,6 +10,8 @@ creation.py, like the scripts themselves.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ANNOTATIONS = "annotations.jsonl"
@@ -38,6 +40,15 @@ def read_records(dataset_dir: Path, limit: int | None = None) -> list[dict]:
     if not records:
         raise DatasetInputError(f"{path} holds no records")
     return records
+
+
+@contextmanager
+def readable_image(path) -> Iterator[None]:
+    """Turn a failure to decode the image at path (damaged, or not an image) into a DatasetInputError."""
+    try:
+        yield
+    except (OSError, SyntaxError) as error:  # Pillow raises SyntaxError for some broken PNG chunks
+        raise DatasetInputError(f"{path}: not a readable image ({error})") from None
 
 
 def checked_record(dataset_dir: Path, line: str, where: str) -> dict:

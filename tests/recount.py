@@ -40,7 +40,7 @@ from PIL import Image
 from scipy import ndimage
 from skimage.morphology import skeletonize
 
-from dataset_records import DatasetInputError, read_records
+from dataset_records import DatasetInputError, read_records, readable_image
 
 EIGHT = np.ones((3, 3), dtype=bool)
 NEIGHBOUR_OFFSETS = [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)]
@@ -145,7 +145,7 @@ def load_gray(path_or_array) -> np.ndarray:
         if arr.ndim == 3:
             arr = np.asarray(Image.fromarray(arr.astype(np.uint8)).convert("L"))
         return arr.astype(np.float32)
-    with Image.open(path_or_array) as im:
+    with readable_image(path_or_array), Image.open(path_or_array) as im:
         return np.asarray(im.convert("L"), dtype=np.float32)
 
 
@@ -685,23 +685,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.workers < 1 or (args.limit is not None and args.limit < 1):
         parser.error(f"need --workers >= 1 and --limit >= 1; got {args.workers}, {args.limit}")
+    if args.min_accuracy is not None and not 0 <= args.min_accuracy <= 1:  # nan too: it would pass every dataset
+        parser.error(f"--min-accuracy is a fraction from 0 to 1, got {args.min_accuracy}")
+    if args.overlay_dir is not None and args.overlay_dir.exists() and not args.overlay_dir.is_dir():
+        parser.error(f"--overlay-dir {args.overlay_dir} is a file, not a folder")
     try:
         records = read_records(args.dataset_dir, args.limit)
+        if args.overlay_dir is not None:
+            args.overlay_dir.mkdir(parents=True, exist_ok=True)
+        overlay_dir = str(args.overlay_dir) if args.overlay_dir is not None else None
+        jobs = [(str(args.dataset_dir), r, overlay_dir) for r in records]
+        start = time.perf_counter()
+        workers = min(args.workers, len(jobs))  # a pool bigger than the job list only costs start-up
+        if workers > 1:
+            with Pool(workers) as pool:
+                results = pool.map(_recount_record, jobs, chunksize=1)
+        else:
+            results = [_recount_record(j) for j in jobs]
+        wall_s = time.perf_counter() - start
     except DatasetInputError as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
-    if args.overlay_dir is not None:
-        args.overlay_dir.mkdir(parents=True, exist_ok=True)
-    overlay_dir = str(args.overlay_dir) if args.overlay_dir is not None else None
-    jobs = [(str(args.dataset_dir), r, overlay_dir) for r in records]
-
-    start = time.perf_counter()
-    if args.workers > 1:
-        with Pool(args.workers) as pool:
-            results = pool.map(_recount_record, jobs, chunksize=1)
-    else:
-        results = [_recount_record(j) for j in jobs]
-    wall_s = time.perf_counter() - start
 
     correct = 0
     for record, result, _ in results:

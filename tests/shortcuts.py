@@ -128,7 +128,7 @@ from PIL import Image
 from scipy import ndimage
 from skimage.morphology import skeletonize
 
-from dataset_records import DatasetInputError, read_records
+from dataset_records import DatasetInputError, read_records, readable_image
 
 SEED_ATTACK_THRESHOLD = 110  # grey level used by the seed's endpoint attack
 NOISE_SIGMAS_BELOW_BACKGROUND = 6.0  # darker than this is surely not background noise
@@ -157,7 +157,7 @@ NEIGHBOUR_OFFSETS = np.array(
 
 def load_gray(image_path: str | os.PathLike) -> np.ndarray:
     """(H, W) float64 grey levels 0..255; palette images are resolved first."""
-    with Image.open(image_path) as image:
+    with readable_image(image_path), Image.open(image_path) as image:
         return np.asarray(image.convert("L"), dtype=np.float64)
 
 
@@ -801,6 +801,7 @@ def measure_image(image_path: str | os.PathLike) -> tuple[dict[str, float], dict
 
 def compute_all_features(paths: list[Path], workers: int) -> list[tuple[dict[str, float], dict[str, np.ndarray]]]:
     """(statistics, generic groups) in annotation order; --workers 1 runs without a pool."""
+    workers = min(workers, len(paths))  # a pool bigger than the job list only costs start-up
     if workers == 1:
         return [measure_image(path) for path in paths]
     with multiprocessing.Pool(workers) as pool:
@@ -855,19 +856,28 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.folds < 2 or args.repeats < 1:
         build_parser().error(f"need --folds >= 2 and --repeats >= 1; got {args.folds}, {args.repeats}")
+    if args.seed < 0:
+        build_parser().error(f"--seed must be non-negative, got {args.seed}")
+    # Checked now rather than after the whole audit has run.
+    if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
+        build_parser().error(f"--json {args.json} is a folder or has no folder to go in")
     try:
         paths, answers = read_annotations(args.dataset_dir, args.limit)
         if len(paths) < 4:  # the half/half splits need two images a side
             raise DatasetInputError(f"{args.dataset_dir} holds {len(paths)} images; the audit needs at least 4")
+        counts, images = np.unique(answers, return_counts=True)
+        if images.min() < 2:  # stratified folds put one of each count on either side
+            raise DatasetInputError(f"the audit needs at least 2 images of every count; {len(paths)} images hold "
+                                    f"{int(images.min())} of N = {int(counts[np.argmin(images)])}")
+        if len(paths) < FEW_IMAGES:
+            print(f"note: {len(paths)} images; accuracies on so few move by several points from one dataset to "
+                  "the next (the last line gives one standard error)", file=sys.stderr)
+        started = time.perf_counter()
+        measured = compute_all_features(paths, args.workers)
+        seconds = time.perf_counter() - started
     except DatasetInputError as error:
         print(f"{build_parser().prog}: error: {error}", file=sys.stderr)
         return 2
-    if len(paths) < FEW_IMAGES:
-        print(f"note: {len(paths)} images; accuracies on so few move by several points from one dataset to the "
-              "next (the last line gives one standard error)", file=sys.stderr)
-    started = time.perf_counter()
-    measured = compute_all_features(paths, args.workers)
-    seconds = time.perf_counter() - started
     print(
         f"features: {len(paths)} images in {seconds:.1f} s with {args.workers} worker(s), "
         f"{seconds * args.workers / len(paths):.3f} s per image per worker",

@@ -57,3 +57,59 @@ def test_the_shortcut_audit_refuses_fewer_images_than_its_splits_need(tmp_path, 
 def test_limit_reads_only_the_first_records(tmp_path):
     folder = bad_folder(tmp_path, '{"image": "a.png", "answer": 3}\ngarbage\n')
     assert read_records(folder, limit=1) == [{"image": "a.png", "answer": 3}]
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("script", [recount, shortcuts], ids=["recount", "shortcuts"])
+def test_a_damaged_image_is_refused_in_one_line(tmp_path, capsys, script, workers):
+    folder = bad_folder(tmp_path, "".join(json.dumps({"image": name, "answer": k}) + "\n"
+                                          for name, k in [("a.png", 5), ("a.png", 5), ("b.png", 6), ("b.png", 6)]))
+    (folder / "b.png").write_bytes(np.random.default_rng(0).bytes(5000))  # used to raise a traceback from a worker
+    assert script.main([str(folder), "--workers", workers]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("note: ")]
+    assert len(lines) == 1 and "b.png: not a readable image" in lines[0], lines
+
+
+def test_the_shortcut_audit_refuses_a_count_with_one_image(tmp_path, capsys):
+    # Each count once: the stratified folds used to fail with a traceback after every image was measured.
+    folder = bad_folder(tmp_path, "".join(json.dumps({"image": "a.png", "answer": k}) + "\n" for k in range(5, 12)))
+    assert shortcuts.main([str(folder), "--workers", "1"]) == 2
+    assert "at least 2 images of every count; 7 images hold 1 of N = 5" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args", [["--seed", "-1"], ["--json", "."], ["--json", "no/such/folder/audit.json"]])
+def test_the_shortcut_audit_refuses_bad_flags_before_measuring(tmp_path, args, monkeypatch):
+    monkeypatch.setattr(shortcuts, "compute_all_features", lambda *a: pytest.fail("measured before refusing"))
+    with pytest.raises(SystemExit) as stop:
+        shortcuts.main([str(bad_folder(tmp_path, "")), *args])
+    assert stop.value.code == 2
+
+
+@pytest.mark.parametrize("args", [["--min-accuracy", "nan"], ["--min-accuracy", "2"], ["--overlay-dir", "a.png"]])
+def test_the_recount_refuses_bad_flags(tmp_path, args, monkeypatch):
+    monkeypatch.chdir(bad_folder(tmp_path, '{"image": "a.png", "answer": 3}\n'))
+    with pytest.raises(SystemExit) as stop:
+        recount.main([".", *args])
+    assert stop.value.code == 2
+
+
+def test_the_recount_starts_no_more_workers_than_images(tmp_path, monkeypatch):
+    sizes = []
+
+    class CountingPool:
+        def __init__(self, size):
+            sizes.append(size)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def map(self, function, jobs, chunksize=1):
+            return [function(job) for job in jobs]
+
+    monkeypatch.setattr(recount, "Pool", CountingPool)
+    folder = bad_folder(tmp_path, '{"image": "a.png", "answer": 3}\n' * 2)
+    recount.main([str(folder), "--workers", "99999"])
+    assert sizes == [2]

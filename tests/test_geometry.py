@@ -375,7 +375,8 @@ def test_sample_streams_do_not_alias_across_seed_and_index():
 @pytest.mark.parametrize("impossible, rule, knob", [
     ({"min_crossing_angle": 89}, "crossing_angle", "--min-crossing-angle"),
     ({"min_gap": 120}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
-    ({"max_waypoints": 1000, "original_shapes": True}, "curvature", "--max-waypoints"),  # passes the config checks, never draws a loop
+    # At the waypoint limit: passes the config checks, never draws a loop.
+    ({"min_waypoints": 100, "max_waypoints": 100, "original_shapes": True}, "curvature", "--max-waypoints"),
 ])
 def test_impossible_sample_names_index_seed_the_rule_it_breaks_and_its_knob(impossible, rule, knob):
     cfg = Config(seed=7, min_loops=11, max_loops=11, loop_attempts=40, sample_restarts=1, **impossible)

@@ -69,8 +69,29 @@ def test_a_second_merge_says_the_dataset_is_already_merged(reference, tmp_path, 
 
 def test_merge_names_a_missing_shard(two_of_three_shards, capsys):
     assert creation.main([*FLAGS, "--out", str(two_of_three_shards), "--merge"]) == 1
-    assert "missing shard(s) 1/3" in capsys.readouterr().err
+    assert "missing 1 of 3 shards: 1/3" in capsys.readouterr().err
     assert not (two_of_three_shards / "annotations.jsonl").exists()
+
+
+def test_merge_names_the_first_few_missing_shards_and_counts_the_rest(tmp_path, capsys):
+    flags = ["--n", "8", "--seed", str(SEED), "--quiet", "--out", str(tmp_path)]
+    assert creation.main([*flags, "--workers", "1", "--shard", "3/8"]) == 0
+    assert creation.main([*flags, "--merge"]) == 1
+    assert "missing 7 of 8 shards: 0/8, 1/8, 2/8, 4/8, 5/8 and 2 more" in capsys.readouterr().err
+
+
+def test_merge_with_a_mistyped_flag_keeps_the_shard_work_even_with_overwrite(two_of_three_shards, capsys):
+    out = two_of_three_shards
+    assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/3", "--workers", "1"]) == 0
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    other_seed = ["--n", str(N), "--seed", str(SEED + 1), "--quiet", "--out", str(out), "--merge"]
+    for extra in ([], ["--overwrite"]):  # --overwrite used to delete every shard, then find none to merge
+        assert creation.main([*other_seed, *extra]) == 1
+        err = capsys.readouterr().err
+        assert "shards/shard-00000-of-00003.jsonl was made with other flags" in err
+        assert "--overwrite" not in err.replace("never removes shard work", "")
+        assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+    assert creation.main([*FLAGS, "--out", str(out), "--merge"]) == 0
 
 
 def test_merge_names_a_duplicated_shard(two_of_three_shards, capsys):
