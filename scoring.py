@@ -766,6 +766,9 @@ def _table_predictions(path: Path, text: str, delimiter: str) -> Iterator[tuple[
             header = [name.strip() for name in next(reader, [])]
         except csv.Error as error:
             raise EvaluationError(f"{path} line 1: not a {delimiter!r}-separated table ({error})") from None
+        repeated = sorted({name for name in header if header.count(name) > 1 and name})
+        if repeated:  # which of two 'prediction' columns holds the replies is anyone's guess
+            raise EvaluationError(f"{path} line 1: column(s) {_shown(repeated)} appear more than once")
         if "prediction" not in header or not {"index", "image"} & set(header):
             raise EvaluationError(f"{path} line 1: a prediction table needs a 'prediction' column and an "
                                   f"'index' or 'image' column, got {_shown(header)}")
@@ -1396,16 +1399,23 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def folder(text: str) -> Path:
-    """A path argument; an empty one (an unset shell variable) would quietly mean the current folder."""
+    """A folder argument; an empty one (an unset shell variable) would quietly mean the current folder."""
     if not text.strip():
         raise argparse.ArgumentTypeError("is empty (an unset shell variable?); pass . for the current folder")
+    return Path(text)
+
+
+def file_path(text: str) -> Path:
+    """A file argument, refused when empty (an unset shell variable) rather than read as the current folder."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset shell variable?)")
     return Path(text)
 
 
 def build_parser(prog: str = "scoring.py") -> OneLineParser:
     p = OneLineParser(prog=prog, description="Grade a model's replies against a tangled-loops dataset "
                                              "(docs/scoring.md: how a reply is read, the formats read).")
-    p.add_argument("--evaluate", type=folder, metavar="PREDICTIONS",
+    p.add_argument("--evaluate", type=file_path, metavar="PREDICTIONS",
                    help='the replies: JSONL of {"image": ..., "response": ...} lines ("index": N may stand for '
                         '"image", or both if they agree; optionally with pixel_sha256, seed, answer), '
                         "lmms-eval --log_samples output, or a VLMEvalKit .csv/.tsv")
@@ -1438,7 +1448,8 @@ def main(argv: list[str] | None = None, prog: str = "scoring.py") -> int:
     parser = build_parser(prog)
     args, extra = parser.parse_known_args(argv)
     if args.evaluate is None:
-        parser.error("--json, --dataset and --report-dir apply to --evaluate only; a generation writes into --out"
+        generation = "; a generation writes into --out" if prog == "creation.py" else ""
+        parser.error(f"--json, --dataset and --report-dir apply to --evaluate only{generation}"
                      if args.json or args.dataset or args.report_dir else "--evaluate PREDICTIONS is required")
     flags = list(dict.fromkeys(arg.partition("=")[0] for arg in extra if arg.startswith("-")))
     if flags:

@@ -958,6 +958,28 @@ def test_vlmevalkit_table_with_the_wrong_answers_stops(tiny, tmp_path):
         evaluate_predictions(TINY, path, dataset)
 
 
+def test_a_table_with_two_prediction_columns_stops(tiny, tmp_path):
+    dataset, _ = tiny
+    path = tmp_path / "p.csv"
+    path.write_text("index,prediction,prediction\n0,3,4\n", encoding="utf-8")  # the last one used to win silently
+    with pytest.raises(ValueError, match=r"p.csv line 1: column\(s\) \['prediction'\] appear more than once"):
+        evaluate_predictions(TINY, path, dataset)
+
+
+@pytest.mark.parametrize("prog, generation", [("scoring.py", False), ("creation.py", True)])
+def test_evaluation_flags_without_evaluate_name_a_generation_only_from_creation_py(prog, generation, capsys):
+    with pytest.raises(SystemExit):
+        scoring.main(["--json"], prog=prog)
+    assert ("a generation writes into --out" in capsys.readouterr().err) == generation
+
+
+def test_an_empty_predictions_path_is_not_offered_the_current_folder(capsys):
+    with pytest.raises(SystemExit):
+        scoring.main(["--evaluate", ""])
+    err = capsys.readouterr().err
+    assert "is empty (an unset shell variable?)" in err and "current folder" not in err
+
+
 # --- every malformed input: exit 2, one line naming the file and the line, no traceback
 
 DEEP = "[" * 1000 + "]" * 1000
