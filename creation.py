@@ -1424,10 +1424,14 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
         else:
             return tangle, redraws
     reason, count = max(((r, c) for r, c in redraws.items() if r != "restart"), key=lambda item: item[1])
+    # The rules are in pixels, so a smaller canvas fails on whichever rule its crowding hits first.
+    default_size = Config.__dataclass_fields__["size"].default
+    smaller = (f" (the rules' pixel defaults are set for --size {default_size}: on a smaller canvas scale them down "
+               "with it, as the README's \"Smaller canvases\" shows)" if cfg.size < default_size else "")
     raise PlacementError(
         f"sample {index} (seed {cfg.seed}): could not place {num_loops} loops within "
         f"{cfg.sample_restarts} restarts of {cfg.loop_attempts} redraws per loop; {count} of "
-        f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {LOOSEN[reason]}")
+        f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {LOOSEN[reason]}{smaller}")
 
 
 # ---------------------------------------------------------------------------

@@ -384,6 +384,12 @@ def test_impossible_sample_names_index_seed_the_rule_it_breaks_and_its_knob(impo
         creation.sample_tangle(cfg, creation.sample_rng(cfg, 4), 11, 4)
 
 
+def test_an_impossible_sample_on_a_small_canvas_points_at_scaling_the_pixel_rules():
+    cfg = Config(seed=0, size=512, min_loops=11, max_loops=11, loop_attempts=20, sample_restarts=1)
+    with pytest.raises(creation.PlacementError, match=r"pixel defaults are set for --size 1024.*Smaller canvases"):
+        creation.sample_tangle(cfg, creation.sample_rng(cfg, 0), 11, 0)
+
+
 # --- the segment grid ---------------------------------------------------------
 
 
