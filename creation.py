@@ -1426,8 +1426,8 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
     reason, count = max(((r, c) for r, c in redraws.items() if r != "restart"), key=lambda item: item[1])
     # The rules are in pixels, so a smaller canvas fails on whichever rule its crowding hits first.
     default_size = Config.__dataclass_fields__["size"].default
-    smaller = (f" (the rules' pixel defaults are set for --size {default_size}: on a smaller canvas scale them down "
-               "with it, as the README's \"Smaller canvases\" shows)" if cfg.size < default_size else "")
+    smaller = (f"; the rules' pixel defaults are set for --size {default_size}: on a smaller canvas scale them down "
+               "with it, as the README's \"Smaller canvases\" shows" if cfg.size < default_size else "")
     raise PlacementError(
         f"sample {index} (seed {cfg.seed}): could not place {num_loops} loops within "
         f"{cfg.sample_restarts} restarts of {cfg.loop_attempts} redraws per loop; {count} of "
@@ -2696,7 +2696,7 @@ def checked_shard(cfg: Config, path: Path) -> Shard:
         if difference is not None:
             raise DatasetError(f"{path.name} belongs to a different dataset ({difference})")
         k, m = (header.get("shard"), header.get("of")) if found is not None else (None, None)
-        complete = type(k) is int and type(m) is int and 0 <= k < m <= cfg.n
+        complete = type(k) is int and type(m) is int and 0 <= k < m
         if complete:
             expected = Shard(k, m).indices(cfg.n)
             found_indices = (row.get("index") if isinstance(row, dict) else None for row in rows)

@@ -44,11 +44,15 @@ def read_records(dataset_dir: Path, limit: int | None = None) -> list[dict]:
 
 @contextmanager
 def readable_image(path) -> Iterator[None]:
-    """Turn a failure to decode the image at path (damaged, or not an image) into a DatasetInputError."""
+    """Turn a failure to decode the image at path (damaged, or not an image) into a DatasetInputError.
+
+    The block holds only the opening and decoding, so any exception there is the file's: Pillow raises
+    OSError, SyntaxError (broken chunks), ValueError or its DecompressionBombError (a huge header).
+    """
     try:
         yield
-    except (OSError, SyntaxError) as error:  # Pillow raises SyntaxError for some broken PNG chunks
-        raise DatasetInputError(f"{path}: not a readable image ({error})") from None
+    except Exception as error:
+        raise DatasetInputError(f"{path}: not a readable image ({type(error).__name__}: {error})") from None
 
 
 def checked_record(dataset_dir: Path, line: str, where: str) -> dict:

@@ -692,7 +692,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         records = read_records(args.dataset_dir, args.limit)
         if args.overlay_dir is not None:
-            args.overlay_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                args.overlay_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as error:  # a path under a file, say
+                parser.error(f"--overlay-dir {args.overlay_dir}: {error.strerror or error}")
         overlay_dir = str(args.overlay_dir) if args.overlay_dir is not None else None
         jobs = [(str(args.dataset_dir), r, overlay_dir) for r in records]
         start = time.perf_counter()

@@ -5,6 +5,7 @@ anything; until dataset_records.py they raised tracebacks, and an empty annotati
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -59,33 +60,64 @@ def test_limit_reads_only_the_first_records(tmp_path):
     assert read_records(folder, limit=1) == [{"image": "a.png", "answer": 3}]
 
 
+def damaged_png(path: Path, damage: str) -> None:
+    """An image file that cannot be decoded, in one of the ways a file is found damaged."""
+    if damage == "not an image":
+        path.write_bytes(np.random.default_rng(0).bytes(5000))
+    elif damage == "truncated":  # opens, fails in the decode
+        Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64), dtype=np.uint8)).save(path)
+        path.write_bytes(path.read_bytes()[:2000])
+    else:  # a header claiming 40000 x 40000 pixels: Pillow refuses it as a decompression bomb
+        Image.fromarray(np.zeros((64, 64), dtype=np.uint8)).save(path)
+        data = bytearray(path.read_bytes())
+        data[16:24] = (40000).to_bytes(4, "big") * 2  # IHDR width and height
+        data[29:33] = zlib.crc32(bytes(data[12:29])).to_bytes(4, "big")
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["not an image", "truncated", "huge header"])
 @pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize("script", [recount, shortcuts], ids=["recount", "shortcuts"])
-def test_a_damaged_image_is_refused_in_one_line(tmp_path, capsys, script, workers):
+def test_a_damaged_image_is_refused_in_one_line(tmp_path, capsys, script, workers, damage):
+    # A worker's decode error must reach the parent as one line naming the file, not as a traceback.
     folder = bad_folder(tmp_path, "".join(json.dumps({"image": name, "answer": k}) + "\n"
                                           for name, k in [("a.png", 5), ("a.png", 5), ("b.png", 6), ("b.png", 6)]))
-    (folder / "b.png").write_bytes(np.random.default_rng(0).bytes(5000))  # used to raise a traceback from a worker
+    damaged_png(folder / "b.png", damage)
     assert script.main([str(folder), "--workers", workers]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("note: ")]
     assert len(lines) == 1 and "b.png: not a readable image" in lines[0], lines
 
 
-def test_the_shortcut_audit_refuses_a_count_with_one_image(tmp_path, capsys):
-    # Each count once: the stratified folds used to fail with a traceback after every image was measured.
+def test_the_shortcut_audit_refuses_images_with_no_count_twice(tmp_path, capsys):
+    # Even two stratified folds need some count on both sides.
     folder = bad_folder(tmp_path, "".join(json.dumps({"image": "a.png", "answer": k}) + "\n" for k in range(5, 12)))
     assert shortcuts.main([str(folder), "--workers", "1"]) == 2
-    assert "at least 2 images of every count; 7 images hold 1 of N = 5" in capsys.readouterr().err
+    assert "need 2 images of some count; these 7 images hold one of each" in capsys.readouterr().err
+
+
+class Measured(Exception):
+    """Raised in place of measuring the images: the checks before it have passed."""
+
+
+def test_the_shortcut_audit_measures_images_when_only_some_counts_are_single(tmp_path, monkeypatch):
+    monkeypatch.setattr(shortcuts, "compute_all_features", lambda *a: (_ for _ in ()).throw(Measured()))
+    answers = [5, 5, 6, 6, 7, 8, 9, 10, 11]  # five counts once: the folds shrink, the audit runs
+    folder = bad_folder(tmp_path, "".join(json.dumps({"image": "a.png", "answer": k}) + "\n" for k in answers))
+    with pytest.raises(Measured):
+        shortcuts.main([str(folder), "--workers", "1"])
 
 
 @pytest.mark.parametrize("args", [["--seed", "-1"], ["--json", "."], ["--json", "no/such/folder/audit.json"]])
 def test_the_shortcut_audit_refuses_bad_flags_before_measuring(tmp_path, args, monkeypatch):
     monkeypatch.setattr(shortcuts, "compute_all_features", lambda *a: pytest.fail("measured before refusing"))
+    folder = bad_folder(tmp_path, "".join(json.dumps({"image": "a.png", "answer": k}) + "\n" for k in (5, 5, 6, 6)))
     with pytest.raises(SystemExit) as stop:
-        shortcuts.main([str(bad_folder(tmp_path, "")), *args])
+        shortcuts.main([str(folder), *args])
     assert stop.value.code == 2
 
 
-@pytest.mark.parametrize("args", [["--min-accuracy", "nan"], ["--min-accuracy", "2"], ["--overlay-dir", "a.png"]])
+@pytest.mark.parametrize("args", [["--min-accuracy", "nan"], ["--min-accuracy", "2"], ["--overlay-dir", "a.png"],
+                                  ["--overlay-dir", "a.png/under"]])
 def test_the_recount_refuses_bad_flags(tmp_path, args, monkeypatch):
     monkeypatch.chdir(bad_folder(tmp_path, '{"image": "a.png", "answer": 3}\n'))
     with pytest.raises(SystemExit) as stop:

@@ -125,9 +125,10 @@ def test_image_names_widen_for_large_datasets():
     (["--workers", "0"], "--workers"),
     (["--size", "big"], "--size"),
     (["--n", "10000000000"], "--n"),
-    (["--max-loops", "99999999999999999999", "--original-shapes"], "--max-loops"),  # a traceback before the limit
+    # Past the loop and waypoint limits: arrays sized by these counts would not fit in memory.
+    (["--max-loops", "99999999999999999999", "--original-shapes"], "--max-loops"),
     (["--min-waypoints", "99999999999999999999"], "--min-waypoints"),
-    (["--original-shapes", "--max-waypoints", "1000000"], "--max-waypoints"),  # hung
+    (["--original-shapes", "--max-waypoints", "1000000"], "--max-waypoints"),
     (["--n", "2", "--shard", "0/3"], "--shard"),  # a shard holding no image
     (["--json"], "--evaluate"),
     (["--dataset", "somewhere"], "--evaluate"),

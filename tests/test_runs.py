@@ -85,7 +85,7 @@ def test_merge_with_a_mistyped_flag_keeps_the_shard_work_even_with_overwrite(two
     assert creation.main([*FLAGS, "--out", str(out), "--shard", "1/3", "--workers", "1"]) == 0
     before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
     other_seed = ["--n", str(N), "--seed", str(SEED + 1), "--quiet", "--out", str(out), "--merge"]
-    for extra in ([], ["--overwrite"]):  # --overwrite used to delete every shard, then find none to merge
+    for extra in ([], ["--overwrite"]):  # --overwrite replaces another whole dataset, never shard work
         assert creation.main([*other_seed, *extra]) == 1
         err = capsys.readouterr().err
         assert "shards/shard-00000-of-00003.jsonl was made with other flags" in err
@@ -1078,3 +1078,12 @@ def test_a_failed_shard_run_keeps_the_folder_other_shards_may_be_writing_to(tmp_
         creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path / "new", workers=1, quiet=True,
                                   shard=creation.Shard(0, 2))
     assert (tmp_path / "new").is_dir()
+
+
+def test_a_split_into_more_shards_than_images_made_before_its_refusal_still_merges(tmp_path):
+    # The command line now refuses M > n, but such shard sets exist, and their files are complete.
+    cfg = creation.Config(n=2, seed=SEED)
+    for k in range(3):
+        creation.generate_dataset(cfg, tmp_path, 1, True, creation.Shard(k, 3))
+    assert creation.main(["--n", "2", "--seed", str(SEED), "--quiet", "--out", str(tmp_path), "--merge"]) == 0
+    assert len((tmp_path / "annotations.jsonl").read_text().splitlines()) == 2

@@ -961,7 +961,7 @@ def test_vlmevalkit_table_with_the_wrong_answers_stops(tiny, tmp_path):
 def test_a_table_with_two_prediction_columns_stops(tiny, tmp_path):
     dataset, _ = tiny
     path = tmp_path / "p.csv"
-    path.write_text("index,prediction,prediction\n0,3,4\n", encoding="utf-8")  # the last one used to win silently
+    path.write_text("index,prediction,prediction\n0,3,4\n", encoding="utf-8")  # which holds the replies?
     with pytest.raises(ValueError, match=r"p.csv line 1: column\(s\) \['prediction'\] appear more than once"):
         evaluate_predictions(TINY, path, dataset)
 
