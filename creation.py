@@ -2763,7 +2763,7 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, 
         refuse_non_files_at_targets(out_dir, WHOLE_RUN)
         survey = survey_folder(cfg, out_dir, WHOLE_RUN)
         # Shard work of other flags is most likely the very shards to merge, asked for with a flag mistyped.
-        shard_work = [(path, difference) for path, difference in survey.foreign if SHARD_NAME_RE.match(path.name)]
+        shard_work = [(path, difference) for path, difference in survey.foreign if shard_of(path) is not None]
         if shard_work:
             path, difference = shard_work[0]
             raise DatasetError(f"{path.relative_to(out_dir)} was made with other flags ({difference}): --merge "

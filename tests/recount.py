@@ -687,15 +687,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"need --workers >= 1 and --limit >= 1; got {args.workers}, {args.limit}")
     if args.min_accuracy is not None and not 0 <= args.min_accuracy <= 1:  # nan too: it would pass every dataset
         parser.error(f"--min-accuracy is a fraction from 0 to 1, got {args.min_accuracy}")
-    if args.overlay_dir is not None and args.overlay_dir.exists() and not args.overlay_dir.is_dir():
-        parser.error(f"--overlay-dir {args.overlay_dir} is a file, not a folder")
     try:
         records = read_records(args.dataset_dir, args.limit)
         if args.overlay_dir is not None:
             try:
                 args.overlay_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as error:  # a path under a file, say
-                parser.error(f"--overlay-dir {args.overlay_dir}: {error.strerror or error}")
+            except OSError as error:  # a file there, or a path under one
+                parser.error(f"--overlay-dir {args.overlay_dir} is no folder that can be made "
+                             f"({error.strerror or error})")
         overlay_dir = str(args.overlay_dir) if args.overlay_dir is not None else None
         jobs = [(str(args.dataset_dir), r, overlay_dir) for r in records]
         start = time.perf_counter()
