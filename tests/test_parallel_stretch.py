@@ -1,0 +1,121 @@
+"""tests/parallel_stretch.py, the scene-file measure of parallel stretches: hand-made oracles, then a dataset."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import creation
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import parallel_stretch  # noqa: E402  (a script beside the tests, not a package)
+
+
+def circle(cx, cy, r, points=720):
+    t = np.linspace(0, 2 * np.pi, points, endpoint=False)
+    return np.column_stack([cx + r * np.cos(t), cy + r * np.sin(t)])
+
+
+def scene(*loops, crossings=()):
+    return {"loops": [{"points": loop.tolist()} for loop in loops], "crossings": list(crossings)}
+
+
+def test_concentric_rings_closer_than_the_gap_run_side_by_side_all_round():
+    inner = circle(500, 500, 200)
+    figures = parallel_stretch.stretches(scene(inner, circle(500, 500, 212)), 15.0, (10.0,))
+    # The inner ring's whole length, about 2 pi 200 px (one sample per px of its polygon's arc).
+    assert figures[parallel_stretch.WINDOWS] == pytest.approx(2 * math.pi * 200, rel=0.01)
+    assert figures["discs of 10 px"] == figures[parallel_stretch.WINDOWS]
+
+
+def test_concentric_rings_farther_apart_than_the_gap_have_no_stretch():
+    figures = parallel_stretch.stretches(scene(circle(500, 500, 200), circle(500, 500, 216)), 15.0, (10.0,))
+    assert figures == {parallel_stretch.WINDOWS: 0.0, "discs of 10 px": 0.0}
+
+
+@pytest.mark.parametrize("gap", [12.0, 14.0])
+def test_a_near_tangent_pass_runs_as_far_as_the_curvature_predicts(gap):
+    # Two r = 200 rings whose closest points are `gap` apart separate by about s^2 / r at s px of arc
+    # either side, so they stay within 15 px over 2 sqrt((15 - gap) r): 49 px at 12 px, 28 px at 14 px.
+    r = 200.0
+    figures = parallel_stretch.stretches(scene(circle(300, 500, r), circle(300 + 2 * r + gap, 500, r)), 15.0, ())
+    assert figures[parallel_stretch.WINDOWS] == pytest.approx(2 * math.sqrt((15 - gap) * r), abs=2.0)
+
+
+def crossing_of(a_centre, b_centre, r):
+    """The upper crossing point of two r-circles and their crossing angle, degrees."""
+    (ax, ay), (bx, by) = a_centre, b_centre
+    d = math.dist(a_centre, b_centre)
+    h = math.sqrt(r * r - (d / 2) ** 2)
+    mid = ((ax + bx) / 2, (ay + by) / 2)
+    point = (mid[0] - h * (by - ay) / d, mid[1] + h * (bx - ax) / d)
+    return point, math.degrees(2 * math.asin(d / (2 * r)))
+
+
+def test_a_shallow_crossing_is_a_stretch_only_where_a_small_disc_leaves_its_window():
+    # Two r = 300 rings 90 px apart cross at about 17 deg: near each crossing the strands stay within
+    # 15 px for about 50 px of arc either side, far beyond a 10 px disc but inside the crossing's window.
+    r, a, b = 300.0, (400.0, 500.0), (490.0, 500.0)
+    upper, angle = crossing_of(a, b, r)
+    lower = (upper[0], 2 * 500 - upper[1])
+    crossings = [{"xy": list(p), "loops": [0, 1], "angle_deg": angle} for p in (upper, lower)]
+    figures = parallel_stretch.stretches(scene(circle(*a, r), circle(*b, r), crossings=crossings), 15.0, (10.0,))
+    window = 15 / math.sin(math.radians(angle))
+    assert figures["discs of 10 px"] > window - 10 - 2  # the part of the window a small disc does not cover
+    assert figures[parallel_stretch.WINDOWS] < figures["discs of 10 px"]
+
+
+def test_a_loop_crossing_itself_has_both_passes_set_aside():
+    # A limacon with an inner loop: its self-crossing sets aside arc on both passes through the point.
+    t = np.linspace(0, 2 * np.pi, 2000, endpoint=False)
+    radius = 150 * (0.5 + np.cos(t))
+    limacon = np.column_stack([500 + radius * np.cos(t), 500 + radius * np.sin(t)])
+    crossing = {"xy": [500.0, 500.0], "loops": [0, 0], "angle_deg": 60.0}  # its passes cross at 60 deg
+    open_figures = parallel_stretch.stretches(scene(limacon), 15.0, ())
+    figures = parallel_stretch.stretches(scene(limacon, crossings=[crossing]), 15.0, ())
+    assert open_figures[parallel_stretch.WINDOWS] > 0  # the two passes are within 15 px near the point
+    assert figures[parallel_stretch.WINDOWS] < open_figures[parallel_stretch.WINDOWS]
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    out = tmp_path_factory.mktemp("parallel")
+    assert creation.main(["--n", "14", "--seed", "3", "--scenes", "--quiet", "--workers", "1", "--out", str(out)]) == 0
+    return out
+
+
+def test_a_generated_dataset_keeps_its_stretches_short_by_the_crossing_windows(dataset, capsys):
+    assert parallel_stretch.main([str(dataset), "--discs", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "longest parallel stretch per image within 15 px, 14 images:"
+    windows = lines[2].split()
+    assert windows[:2] == ["crossing", "windows"]
+    # The generator's rule allows 40 px with wider windows; by these it stays within the issue's 60 px.
+    assert float(windows[4]) <= 60.0
+
+
+def test_a_dataset_without_scene_files_is_refused_in_one_line(dataset, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "annotations.jsonl").write_text((dataset / "annotations.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
+    (bare / "images").symlink_to(dataset / "images")
+    assert parallel_stretch.main([str(bare)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "make the dataset with --scenes" in err[0]
+
+
+def test_a_damaged_scene_file_is_refused_in_one_line(dataset, tmp_path, capsys):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "annotations.jsonl").write_text((dataset / "annotations.jsonl").read_text(encoding="utf-8"),
+                                              encoding="utf-8")
+    (broken / "images").symlink_to(dataset / "images")
+    (broken / "scenes").mkdir()
+    for path in (dataset / "scenes").iterdir():
+        (broken / "scenes" / path.name).write_text(json.dumps({"loops": "nope"}), encoding="utf-8")
+    assert parallel_stretch.main([str(broken)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a scene file" in err[0]
