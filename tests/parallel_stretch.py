@@ -5,8 +5,8 @@ it never imports the generator, and it reads the centre lines the scene
 files hold (a dataset made with `--scenes`), not the generator's segments.
 
 Each loop is resampled every 1 px of arc. A point is marked when a point of
-another strand lies within --gap px: of another loop, or of the same loop
-more than SAME_STRAND_ARC_PX away along it. Near a crossing two strands are
+another strand lies within --gap px (15 by default): of another loop, or of
+the same loop more than SAME_STRAND_ARC_PX (60 px) away along it. Near a crossing two strands are
 necessarily close, so marked points near a crossing are set aside, under
 each of several definitions of "near" (a benchmark's user may draw that line
 elsewhere than the generator does):
@@ -17,9 +17,11 @@ elsewhere than the generator does):
 * discs: within a fixed distance of any crossing point.
 
 An image's figure is its longest run of consecutive marked points along one
-loop, in px of arc (wrapping round the loop). The table gives, per
-definition, the median, 90th percentile and longest over the images, and the
-share of images over 45 px and over 60 px.
+loop, in px of arc (wrapping round the loop; a loop marked all round counts
+its whole length). The table gives, per definition, the median, 90th
+percentile and longest of those figures over the images, in px, and the
+share of images whose figure is over 45 px and over 60 px. A folder or scene
+file it cannot read is refused in one line, with exit status 2.
 
     python tests/parallel_stretch.py DATASET_DIR [--gap PX] [--discs PX ...] [--limit K] [--workers W]
 """
@@ -28,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from multiprocessing import Pool
 from pathlib import Path
@@ -39,6 +43,7 @@ from dataset_records import DatasetInputError, read_records
 
 SAME_STRAND_ARC_PX = 60.0  # a loop's own points nearer than this along it are one strand bending
 STEP_PX = 1.0  # resampling step along each loop
+MAX_GAP_PX = 100.0
 WINDOWS = "crossing windows"
 
 
@@ -56,13 +61,15 @@ def arc_gap(a: np.ndarray, b: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.minimum(d, length - d)
 
 
-def longest_run_px(marked: np.ndarray, loop: np.ndarray) -> float:
-    """Longest run of consecutive marked samples along one loop, wrapping round it, in px."""
+def longest_run_px(marked: np.ndarray, loop: np.ndarray, lengths: list[float]) -> float:
+    """Longest run of consecutive marked samples along any one loop, wrapping round it, in px; a loop
+    marked all round gives its whole length (lengths, px, by loop)."""
     best = 0.0
-    for k in np.unique(loop):
+    for k, length in enumerate(lengths):
         flags = marked[loop == k]
         if flags.all():
-            return max(best, len(flags) * STEP_PX)
+            best = max(best, length)
+            continue
         if not flags.any():
             continue
         flags = np.roll(flags, -int(np.argmin(flags)))  # start on an unmarked sample, so no run wraps
@@ -71,9 +78,40 @@ def longest_run_px(marked: np.ndarray, loop: np.ndarray) -> float:
     return best
 
 
+class SceneError(ValueError):
+    """A scene file that does not hold loops and crossings as creation.py writes them."""
+
+
+def checked_scene(scene, size: float) -> dict:
+    """scene, if it holds closed loops of at least three points inside a size px image and crossings
+    that name two of those loops with an angle in (0, 90] degrees; SceneError otherwise."""
+    loops = scene.get("loops") if isinstance(scene, dict) else None
+    crossings = scene.get("crossings") if isinstance(scene, dict) else None
+    if not isinstance(loops, list) or not loops or not isinstance(crossings, list):
+        raise SceneError('no list of "loops" and list of "crossings"')
+    for k, loop in enumerate(loops):
+        points = np.asarray(loop.get("points") if isinstance(loop, dict) else None, dtype=float)
+        if points.ndim != 2 or points.shape[1:] != (2,) or len(points) < 3:
+            raise SceneError(f"loop {k} is not a list of at least three [x, y] points")
+        # The image bounds also bound the work: a loop is resampled every px of its length.
+        if not (np.isfinite(points).all() and points.min() >= -size and points.max() <= 2 * size):
+            raise SceneError(f"loop {k} has a point far outside the {size:g} px image")
+    for c, crossing in enumerate(crossings):
+        pair = crossing.get("loops") if isinstance(crossing, dict) else None
+        xy = np.asarray(crossing.get("xy") if isinstance(crossing, dict) else None, dtype=float)
+        angle = crossing.get("angle_deg") if isinstance(crossing, dict) else None
+        if not (isinstance(pair, list) and len(pair) == 2 and all(type(i) is int and 0 <= i < len(loops) for i in pair)
+                and xy.shape == (2,) and np.isfinite(xy).all()
+                and isinstance(angle, (int, float)) and 0 < angle <= 90):
+            raise SceneError(f'crossing {c} is not {{"xy": [x, y], "loops": [a, b] of the loops, '
+                             f'"angle_deg": in (0, 90]}}')
+    return scene
+
+
 def stretches(scene: dict, gap: float, discs: tuple[float, ...]) -> dict[str, float]:
     """The image's longest parallel stretch, px, under the crossing windows and under each disc radius."""
     samples = [resample_closed(np.asarray(loop["points"], dtype=float)) for loop in scene["loops"]]
+    lengths = [length for _, length in samples]
     points = np.vstack([p for p, _ in samples])
     loop = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(samples)])
     arc = np.concatenate([np.arange(len(p)) * STEP_PX for p, _ in samples])
@@ -88,35 +126,41 @@ def stretches(scene: dict, gap: float, discs: tuple[float, ...]) -> dict[str, fl
     at = np.array([c["xy"] for c in crossings], dtype=float).reshape(-1, 2)
     near_window = np.zeros(len(points), dtype=bool)
     for c, xy in zip(crossings, at):
-        window = gap / np.sin(np.radians(max(c["angle_deg"], 1.0)))
+        window = gap / math.sin(math.radians(c["angle_deg"]))
         for k in set(c["loops"]):
             on_loop = np.flatnonzero(loop == k)
             distance = np.hypot(*(points[on_loop] - xy).T)
             first = on_loop[np.argmin(distance)]
             sides = [first]
-            if c["loops"][0] == c["loops"][1]:  # a loop crossing itself passes the point twice
-                away = arc_gap(arc[on_loop], arc[first], length[first]) > 2 * window
+            away = arc_gap(arc[on_loop], arc[first], length[first]) > 2 * window
+            if c["loops"][0] == c["loops"][1] and away.any():  # a loop crossing itself passes the point twice
                 sides.append(on_loop[away][np.argmin(distance[away])])
             for side in sides:
                 near_window[on_loop[arc_gap(arc[on_loop], arc[side], length[side]) <= window]] = True
-    figures = {WINDOWS: longest_run_px(marked & ~near_window, loop)}
+    figures = {WINDOWS: longest_run_px(marked & ~near_window, loop, lengths)}
     to_crossing = cKDTree(at).query(points)[0] if len(at) else np.full(len(points), np.inf)
     for radius in discs:
-        figures[f"discs of {radius:g} px"] = longest_run_px(marked & (to_crossing > radius), loop)
+        figures[disc_name(radius)] = longest_run_px(marked & (to_crossing > radius), loop, lengths)
     return figures
+
+
+def disc_name(radius: float) -> str:
+    return f"discs of {radius:g} px"
 
 
 def scene_path(dataset_dir: Path, record: dict) -> Path:
     return dataset_dir / "scenes" / f"{Path(record['image']).stem}.json"
 
 
-def measure(job: tuple[Path, float, tuple[float, ...]]) -> dict[str, float]:
-    path, gap, discs = job
+def measure(job: tuple[Path, float, float, tuple[float, ...]]) -> dict[str, float]:
+    path, size, gap, discs = job
     try:
-        scene = json.loads(path.read_text(encoding="utf-8"))
-        return stretches(scene, gap, discs)
-    except (ValueError, KeyError, TypeError, IndexError) as error:
-        raise DatasetInputError(f"{path}: not a scene file ({type(error).__name__}: {error})") from None
+        scene = checked_scene(json.loads(path.read_text(encoding="utf-8")), size)
+    except (ValueError, UnicodeDecodeError) as error:  # SceneError and JSON's errors are ValueErrors
+        raise DatasetInputError(f"{path}: not a scene file ({error})") from None
+    except OSError as error:
+        raise DatasetInputError(f"{path}: {error.strerror or error}") from None
+    return stretches(scene, gap, discs)
 
 
 def summary(figures: list[dict[str, float]]) -> list[str]:
@@ -128,36 +172,57 @@ def summary(figures: list[dict[str, float]]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
-    parser.add_argument("dataset_dir", type=Path)
-    parser.add_argument("--gap", type=float, default=15.0, help="centre-line distance that counts as side by side, px")
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
+    parser.add_argument("dataset_dir", type=Path, help="a dataset folder made with --scenes")
+    parser.add_argument("--gap", type=float, default=15.0,
+                        help="centre-line distance that counts as side by side, px, at most 100 (default 15)")
     parser.add_argument("--discs", type=float, nargs="*", default=[10.0, 15.0, 20.0],
-                        help="radii of the fixed discs round each crossing to try, px")
+                        help="radii of the fixed discs round each crossing to try as well, px (default 10 15 20; "
+                             "none: the crossing windows alone)")
     parser.add_argument("--limit", type=int, help="measure only the first K images")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="processes, at most one per core (default 1)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.gap > 0 or any(not r >= 0 for r in args.discs):
-        parser.error("--gap must be positive and every --discs radius non-negative")
+    if not 0 < args.gap <= MAX_GAP_PX:  # nan too; a wide gap pairs up every point of an image
+        parser.error(f"--gap is a distance over 0 and at most {MAX_GAP_PX:g} px, got {args.gap}")
+    if any(not 0 <= r < math.inf for r in args.discs):
+        parser.error(f"every --discs radius is a distance of at least 0 px, got {args.discs}")
     if args.workers < 1 or (args.limit is not None and args.limit < 1):
-        parser.error("--workers and --limit must be at least 1")
+        parser.error(f"need --workers >= 1 and --limit >= 1; got {args.workers}, {args.limit}")
+    discs = tuple({disc_name(r): r for r in args.discs}.values())  # radii that print alike are one row
     try:
         records = read_records(args.dataset_dir, args.limit)
-        paths = [scene_path(args.dataset_dir, r) for r in records]
-        missing = next((p for p in paths if not p.is_file()), None)
-        if missing is not None:
-            raise DatasetInputError(f"{missing} not found: make the dataset with --scenes")
-        jobs = [(p, args.gap, tuple(args.discs)) for p in paths]
-        workers = min(args.workers, len(jobs))
+        jobs = []
+        for record in records:
+            path = scene_path(args.dataset_dir, record)
+            if not path.is_file():
+                raise DatasetInputError(f"{path} not found: no scene file for {record['image']} (make the "
+                                        "dataset with --scenes)")
+            size = (record.get("width"), record.get("height"))
+            if not all(type(side) is int and side > 0 for side in size):
+                raise DatasetInputError(f"the record of {record['image']} has no width and height in px")
+            jobs.append((path, float(max(size)), args.gap, discs))
+        workers = min(args.workers, len(jobs), os.cpu_count() or 1)
         if workers > 1:
             with Pool(workers) as pool:
                 figures = pool.map(measure, jobs, chunksize=4)
         else:
             figures = [measure(job) for job in jobs]
     except DatasetInputError as error:
-        print(f"parallel_stretch.py: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
-    print(f"longest parallel stretch per image within {args.gap:g} px, {len(figures)} images:")
+    print(f"longest parallel stretch per image, px of arc along one loop, where strands are within "
+          f"{args.gap:g} px ({len(figures)} images):")
     print("\n".join(summary(figures)))
     return 0
 

@@ -23,12 +23,29 @@ def scene(*loops, crossings=()):
     return {"loops": [{"points": loop.tolist()} for loop in loops], "crossings": list(crossings)}
 
 
+def polygon_length(points):
+    return float(np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum())
+
+
 def test_concentric_rings_closer_than_the_gap_run_side_by_side_all_round():
-    inner = circle(500, 500, 200)
-    figures = parallel_stretch.stretches(scene(inner, circle(500, 500, 212)), 15.0, (10.0,))
-    # The inner ring's whole length, about 2 pi 200 px (one sample per px of its polygon's arc).
-    assert figures[parallel_stretch.WINDOWS] == pytest.approx(2 * math.pi * 200, rel=0.01)
+    inner, outer = circle(500, 500, 200), circle(500, 500, 212)
+    figures = parallel_stretch.stretches(scene(inner, outer), 15.0, (10.0,))
+    # Both rings are marked all round; the longer one's whole length is the figure.
+    assert figures[parallel_stretch.WINDOWS] == pytest.approx(polygon_length(outer))
     assert figures["discs of 10 px"] == figures[parallel_stretch.WINDOWS]
+
+
+def test_the_figure_is_the_longest_loop_s_whatever_the_loop_order():
+    # A small ring marked all round by the ring just outside it, and a thin 300 x 8 px rectangle whose
+    # long sides run beside each other: the rectangle's run is the longest, listed first or last.
+    small, around = circle(100, 100, 5, points=40), circle(100, 100, 12, points=80)
+    side = np.linspace(0, 300, 301)
+    rectangle = np.vstack([np.column_stack([400 + side, np.full_like(side, 500)]),
+                           np.column_stack([700 - side, np.full_like(side, 508)])])
+    first = parallel_stretch.stretches(scene(small, around, rectangle), 15.0, ())
+    last = parallel_stretch.stretches(scene(rectangle, small, around), 15.0, ())
+    assert first == last
+    assert polygon_length(around) < first[parallel_stretch.WINDOWS] <= polygon_length(rectangle)
 
 
 def test_concentric_rings_farther_apart_than_the_gap_have_no_stretch():
@@ -90,7 +107,7 @@ def dataset(tmp_path_factory):
 def test_a_generated_dataset_keeps_its_stretches_short_by_the_crossing_windows(dataset, capsys):
     assert parallel_stretch.main([str(dataset), "--discs", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "longest parallel stretch per image within 15 px, 14 images:"
+    assert lines[0] == "longest parallel stretch per image, px of arc along one loop, where strands are within 15 px (14 images):"
     windows = lines[2].split()
     assert windows[:2] == ["crossing", "windows"]
     # The generator's rule allows 40 px with wider windows; by these it stays within the 60 px.
@@ -107,15 +124,50 @@ def test_a_dataset_without_scene_files_is_refused_in_one_line(dataset, tmp_path,
     assert len(err) == 1 and "make the dataset with --scenes" in err[0]
 
 
-def test_a_damaged_scene_file_is_refused_in_one_line(dataset, tmp_path, capsys):
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    (broken / "annotations.jsonl").write_text((dataset / "annotations.jsonl").read_text(encoding="utf-8"),
-                                              encoding="utf-8")
-    (broken / "images").symlink_to(dataset / "images")
-    (broken / "scenes").mkdir()
-    for path in (dataset / "scenes").iterdir():
-        (broken / "scenes" / path.name).write_text(json.dumps({"loops": "nope"}), encoding="utf-8")
-    assert parallel_stretch.main([str(broken)]) == 2
+def test_a_self_crossing_whose_window_spans_its_whole_loop_sets_the_loop_aside():
+    # At 1 degree the window (15 / sin 1 deg, about 860 px) is longer than the loop: nothing is left.
+    t = np.linspace(0, 2 * np.pi, 2000, endpoint=False)
+    radius = 150 * (0.5 + np.cos(t))
+    limacon = np.column_stack([500 + radius * np.cos(t), 500 + radius * np.sin(t)])
+    crossing = {"xy": [500.0, 500.0], "loops": [0, 0], "angle_deg": 1.0}
+    assert parallel_stretch.stretches(scene(limacon, crossings=[crossing]), 15.0, ()) == {parallel_stretch.WINDOWS: 0.0}
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--gap", "0"], "--gap is a distance over 0"),
+    (["--gap", "nan"], "--gap is a distance over 0"),
+    (["--gap", "1e9"], "at most 100 px"),
+    (["--discs", "-5"], "every --discs radius"),
+    (["--discs", "inf"], "every --discs radius"),
+    (["--workers", "0"], "need --workers >= 1"),
+    (["--limit", "0"], "need --workers >= 1 and --limit >= 1"),
+])
+def test_bad_flags_are_refused_in_one_line(dataset, flags, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parallel_stretch.main([str(dataset), *flags])
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "not a scene file" in err[0]
+    assert stop.value.code == 2 and len(err) == 1 and message in err[0]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda s: {"loops": "nope", "crossings": []}, 'no list of "loops"'),
+    (lambda s: {**s, "crossings": {}}, 'no list of "loops" and list of "crossings"'),
+    (lambda s: {**s, "loops": [{"points": [[1, 2]]}] + s["loops"][1:]}, "loop 0 is not a list of at least three"),
+    (lambda s: {**s, "loops": [{"points": [[1e9, 0], [0, 1], [1, 1]]}] + s["loops"][1:]}, "far outside"),
+    (lambda s: {**s, "crossings": [{**s["crossings"][0], "angle_deg": 0}]}, "crossing 0 is not"),
+    (lambda s: {**s, "crossings": [{**s["crossings"][0], "loops": [0, 99]}]}, "crossing 0 is not"),
+    (lambda s: {**s, "crossings": [{"xy": [1, 2]}]}, "crossing 0 is not"),
+])
+def test_a_scene_file_of_the_wrong_shape_is_refused_in_one_line(dataset, tmp_path, damage, message, capsys):
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "annotations.jsonl").write_text((dataset / "annotations.jsonl").read_text(encoding="utf-8"),
+                                            encoding="utf-8")
+    (copy / "images").symlink_to(dataset / "images")
+    (copy / "scenes").mkdir()
+    for path in (dataset / "scenes").iterdir():
+        damaged = damage(json.loads(path.read_text(encoding="utf-8")))
+        (copy / "scenes" / path.name).write_text(json.dumps(damaged), encoding="utf-8")
+    assert parallel_stretch.main([str(copy), "--limit", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a scene file" in err[0] and message in err[0]
