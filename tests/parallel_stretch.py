@@ -21,9 +21,13 @@ loop, in px of arc (wrapping round the loop; a loop marked all round counts
 its whole length). The table gives, per definition, the median, 90th
 percentile and longest of those figures over the images, in px, and the
 share of images whose figure is over 45 px and over 60 px. A folder or scene
-file it cannot read is refused in one line, with exit status 2.
+file it cannot read is refused in one line, with exit status 2. With
+--max-p90 or --max-over-60 it gates the crossing-windows row (issue 14's
+limits are a 90th percentile of 45 px and 1 % of images over 60 px) and exits
+1 when that row breaks one.
 
     python tests/parallel_stretch.py DATASET_DIR [--gap PX] [--discs PX ...] [--limit K] [--workers W]
+        [--max-p90 PX] [--max-over-60 F]
 """
 
 from __future__ import annotations
@@ -163,6 +167,18 @@ def measure(job: tuple[Path, float, float, tuple[float, ...]]) -> dict[str, floa
     return stretches(scene, gap, discs)
 
 
+def gate_failures(figures: list[dict[str, float]], max_p90: float | None, max_over_60: float | None) -> list[str]:
+    """What the crossing-windows row breaks of the limits given (None: no limit)."""
+    v = np.array([f[WINDOWS] for f in figures])
+    p90, over_60 = float(np.percentile(v, 90)), float(np.mean(v > 60))
+    broken = []
+    if max_p90 is not None and p90 > max_p90:
+        broken.append(f"90th percentile {p90:.1f} px > {max_p90:g} px")
+    if max_over_60 is not None and over_60 > max_over_60:
+        broken.append(f"{over_60:.1%} of images over 60 px > {max_over_60:.1%}")
+    return broken
+
+
 def summary(figures: list[dict[str, float]]) -> list[str]:
     lines = [f"{'crossings set aside by':<24}{'median':>8}{'p90':>8}{'longest':>9}{'> 45 px':>9}{'> 60 px':>9}"]
     for name in figures[0]:
@@ -187,6 +203,10 @@ def build_parser() -> OneLineParser:
                              "none: the crossing windows alone)")
     parser.add_argument("--limit", type=int, help="measure only the first K images")
     parser.add_argument("--workers", type=int, default=1, help="processes, at most one per core (default 1)")
+    parser.add_argument("--max-p90", type=float, help="exit 1 when the crossing-windows row's 90th percentile "
+                                                      "is over this, px")
+    parser.add_argument("--max-over-60", type=float, help="exit 1 when the crossing-windows row's share of "
+                                                          "images over 60 px is over this fraction")
     return parser
 
 
@@ -199,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"every --discs radius is a distance of at least 0 px, got {args.discs}")
     if args.workers < 1 or (args.limit is not None and args.limit < 1):
         parser.error(f"need --workers >= 1 and --limit >= 1; got {args.workers}, {args.limit}")
+    if args.max_p90 is not None and not args.max_p90 >= 0:  # nan too: it would pass every dataset
+        parser.error(f"--max-p90 is a distance of at least 0 px, got {args.max_p90}")
+    if args.max_over_60 is not None and not 0 <= args.max_over_60 <= 1:
+        parser.error(f"--max-over-60 is a fraction from 0 to 1, got {args.max_over_60}")
     discs = tuple({disc_name(r): r for r in args.discs}.values())  # radii that print alike are one row
     try:
         records = read_records(args.dataset_dir, args.limit)
@@ -224,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"longest parallel stretch per image, px of arc along one loop, where strands are within "
           f"{args.gap:g} px ({len(figures)} images):")
     print("\n".join(summary(figures)))
+    broken = gate_failures(figures, args.max_p90, args.max_over_60)
+    if broken:
+        print(f"{parser.prog}: the crossing-windows row breaks its limit: {'; '.join(broken)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -171,3 +171,19 @@ def test_a_scene_file_of_the_wrong_shape_is_refused_in_one_line(dataset, tmp_pat
     assert parallel_stretch.main([str(copy), "--limit", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a scene file" in err[0] and message in err[0]
+
+
+def test_the_gate_passes_a_generated_dataset_and_fails_on_a_limit_it_breaks(dataset, capsys):
+    assert parallel_stretch.main([str(dataset), "--discs", "--max-p90", "45", "--max-over-60", "0.01"]) == 0
+    capsys.readouterr()
+    assert parallel_stretch.main([str(dataset), "--discs", "--max-p90", "1"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "90th percentile" in err[0] and "> 1 px" in err[0]
+
+
+@pytest.mark.parametrize("flags", [["--max-p90", "nan"], ["--max-p90", "-1"], ["--max-over-60", "1.5"],
+                                   ["--max-over-60", "nan"]])
+def test_a_gate_that_would_pass_anything_or_nothing_is_refused(dataset, flags, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parallel_stretch.main([str(dataset), *flags])
+    assert stop.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
