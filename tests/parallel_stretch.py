@@ -46,6 +46,8 @@ from scipy.spatial import cKDTree
 from dataset_records import DatasetInputError, read_records
 
 SAME_STRAND_ARC_PX = 60.0  # a loop's own points nearer than this along it are one strand bending
+SAME_PASS_ARC_PX = 5.0  # a self-crossing's second pass is the nearest point at least this far along the loop
+MAX_INK_SIDES = 100  # most total loop length, in image sides: the default images hold under ten
 STEP_PX = 1.0  # resampling step along each loop
 MAX_GAP_PX = 100.0
 WINDOWS = "crossing windows"
@@ -87,28 +89,35 @@ class SceneError(ValueError):
 
 
 def checked_scene(scene, size: float) -> dict:
-    """scene, if it holds closed loops of at least three points inside a size px image and crossings
-    that name two of those loops with an angle in (0, 90] degrees; SceneError otherwise."""
+    """scene, if it holds closed loops of at least three points inside a size px image, at most
+    MAX_INK_SIDES sides long in all, and crossings that name two of those loops with an angle in
+    [0, 90] degrees; SceneError otherwise."""
     loops = scene.get("loops") if isinstance(scene, dict) else None
     crossings = scene.get("crossings") if isinstance(scene, dict) else None
     if not isinstance(loops, list) or not loops or not isinstance(crossings, list):
         raise SceneError('no list of "loops" and list of "crossings"')
+    ink = 0.0
     for k, loop in enumerate(loops):
         points = np.asarray(loop.get("points") if isinstance(loop, dict) else None, dtype=float)
         if points.ndim != 2 or points.shape[1:] != (2,) or len(points) < 3:
             raise SceneError(f"loop {k} is not a list of at least three [x, y] points")
-        # The image bounds also bound the work: a loop is resampled every px of its length.
         if not (np.isfinite(points).all() and points.min() >= -size and points.max() <= 2 * size):
             raise SceneError(f"loop {k} has a point far outside the {size:g} px image")
+        length = np.hypot(*(np.roll(points, -1, axis=0) - points).T).sum()
+        if length < 3 * STEP_PX:
+            raise SceneError(f"loop {k} is {length:g} px long, too short to be a loop")
+        ink += length  # every px of it is a sample, so the total bounds the work
+    if ink > MAX_INK_SIDES * size:
+        raise SceneError(f"its loops are {ink:.0f} px long in all, over {MAX_INK_SIDES} image sides")
     for c, crossing in enumerate(crossings):
         pair = crossing.get("loops") if isinstance(crossing, dict) else None
         xy = np.asarray(crossing.get("xy") if isinstance(crossing, dict) else None, dtype=float)
         angle = crossing.get("angle_deg") if isinstance(crossing, dict) else None
         if not (isinstance(pair, list) and len(pair) == 2 and all(type(i) is int and 0 <= i < len(loops) for i in pair)
                 and xy.shape == (2,) and np.isfinite(xy).all()
-                and isinstance(angle, (int, float)) and 0 < angle <= 90):
+                and isinstance(angle, (int, float)) and 0 <= angle <= 90):
             raise SceneError(f'crossing {c} is not {{"xy": [x, y], "loops": [a, b] of the loops, '
-                             f'"angle_deg": in (0, 90]}}')
+                             f'"angle_deg": in [0, 90]}}')
     return scene
 
 
@@ -130,13 +139,13 @@ def stretches(scene: dict, gap: float, discs: tuple[float, ...]) -> dict[str, fl
     at = np.array([c["xy"] for c in crossings], dtype=float).reshape(-1, 2)
     near_window = np.zeros(len(points), dtype=bool)
     for c, xy in zip(crossings, at):
-        window = gap / math.sin(math.radians(c["angle_deg"]))
+        window = gap / math.sin(math.radians(max(c["angle_deg"], 1.0)))  # as the generator's rule bounds it
         for k in set(c["loops"]):
             on_loop = np.flatnonzero(loop == k)
             distance = np.hypot(*(points[on_loop] - xy).T)
             first = on_loop[np.argmin(distance)]
             sides = [first]
-            away = arc_gap(arc[on_loop], arc[first], length[first]) > 2 * window
+            away = arc_gap(arc[on_loop], arc[first], length[first]) > SAME_PASS_ARC_PX
             if c["loops"][0] == c["loops"][1] and away.any():  # a loop crossing itself passes the point twice
                 sides.append(on_loop[away][np.argmin(distance[away])])
             for side in sides:
@@ -160,8 +169,8 @@ def measure(job: tuple[Path, float, float, tuple[float, ...]]) -> dict[str, floa
     path, size, gap, discs = job
     try:
         scene = checked_scene(json.loads(path.read_text(encoding="utf-8")), size)
-    except (ValueError, UnicodeDecodeError) as error:  # SceneError and JSON's errors are ValueErrors
-        raise DatasetInputError(f"{path}: not a scene file ({error})") from None
+    except (ValueError, TypeError, OverflowError, RecursionError) as error:  # SceneError is a ValueError
+        raise DatasetInputError(f"{path}: not a scene file ({type(error).__name__}: {error})") from None
     except OSError as error:
         raise DatasetInputError(f"{path}: {error.strerror or error}") from None
     return stretches(scene, gap, discs)

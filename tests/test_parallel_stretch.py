@@ -57,9 +57,38 @@ def test_concentric_rings_farther_apart_than_the_gap_have_no_stretch():
 def test_a_near_tangent_pass_runs_as_far_as_the_curvature_predicts(gap):
     # Two r = 200 rings whose closest points are `gap` apart separate by about s^2 / r at s px of arc
     # either side, so they stay within 15 px over 2 sqrt((15 - gap) r): 49 px at 12 px, 28 px at 14 px.
+    # Both rings start at their closest point, so both runs wrap past a loop's first sample.
     r = 200.0
-    figures = parallel_stretch.stretches(scene(circle(300, 500, r), circle(300 + 2 * r + gap, 500, r)), 15.0, ())
+    right = np.roll(circle(300 + 2 * r + gap, 500, r), -360, axis=0)  # from its leftmost point
+    figures = parallel_stretch.stretches(scene(circle(300, 500, r), right), 15.0, ())
     assert figures[parallel_stretch.WINDOWS] == pytest.approx(2 * math.sqrt((15 - gap) * r), abs=2.0)
+
+
+def test_a_strand_that_crosses_and_then_runs_alongside_is_counted_from_the_crossing_window_on():
+    # A's top edge is y = 500. B comes down at 30 degrees, crosses it at (300, 500), levels out 12 px
+    # below it after 24 px of arc, runs level for 100 px and turns straight down. A is within 15 px of
+    # B from x = 270 to about 430; its window (15 / sin 30 = 30 px) takes x = 270 to 330, leaving
+    # about 100 px. B's own run is about as long (from 30 px past the crossing to 3 px down the turn).
+    a = np.array([[0, 500], [1000, 500], [1000, 900], [0, 900]], dtype=float)
+    level = (300 + 24 * math.cos(math.radians(30)), 512.0)
+    b = np.array([[300 - 200 * math.cos(math.radians(30)), 400], [300, 500], level, [level[0] + 100, 512],
+                  [level[0] + 100, 700], [100, 700]], dtype=float)
+    steep = (100 + (b[0, 0] - 100) * 2 / 3, 500.0)  # where B's closing side crosses A again
+    crossings = [{"xy": [300.0, 500.0], "loops": [0, 1], "angle_deg": 30.0},
+                 {"xy": list(steep), "loops": [0, 1], "angle_deg": math.degrees(math.atan2(300, b[0, 0] - 100))}]
+    figures = parallel_stretch.stretches(scene(a, b, crossings=crossings), 15.0, ())
+    assert figures[parallel_stretch.WINDOWS] == pytest.approx(100, abs=4)
+
+
+def test_the_gate_reads_the_crossing_windows_row_s_90th_percentile_and_share_over_60_px():
+    # Ten images: the windows row has its 90th percentile at 50.5 px and one image in ten over 60 px;
+    # the disc row would break neither limit, nor would the windows row's median.
+    windows = [10.0] * 8 + [50.0, 70.0]
+    figures = [{parallel_stretch.WINDOWS: w, "discs of 10 px": 1.0} for w in windows]
+    assert parallel_stretch.gate_failures(figures, 45.0, None) == ["90th percentile 52.0 px > 45 px"]
+    assert parallel_stretch.gate_failures(figures, 52.0, None) == []
+    assert parallel_stretch.gate_failures(figures, None, 0.05) == ["10.0% of images over 60 px > 5.0%"]
+    assert parallel_stretch.gate_failures(figures, None, 0.1) == []
 
 
 def crossing_of(a_centre, b_centre, r):
@@ -125,7 +154,8 @@ def test_a_dataset_without_scene_files_is_refused_in_one_line(dataset, tmp_path,
 
 
 def test_a_self_crossing_whose_window_spans_its_whole_loop_sets_the_loop_aside():
-    # At 1 degree the window (15 / sin 1 deg, about 860 px) is longer than the loop: nothing is left.
+    # At 1 degree the window (15 / sin 1 deg, about 860 px) reaches round the whole 1,000 px loop from
+    # either pass: nothing is left.
     t = np.linspace(0, 2 * np.pi, 2000, endpoint=False)
     radius = 150 * (0.5 + np.cos(t))
     limacon = np.column_stack([500 + radius * np.cos(t), 500 + radius * np.sin(t)])
@@ -154,7 +184,11 @@ def test_bad_flags_are_refused_in_one_line(dataset, flags, message, capsys):
     (lambda s: {**s, "crossings": {}}, 'no list of "loops" and list of "crossings"'),
     (lambda s: {**s, "loops": [{"points": [[1, 2]]}] + s["loops"][1:]}, "loop 0 is not a list of at least three"),
     (lambda s: {**s, "loops": [{"points": [[1e9, 0], [0, 1], [1, 1]]}] + s["loops"][1:]}, "far outside"),
-    (lambda s: {**s, "crossings": [{**s["crossings"][0], "angle_deg": 0}]}, "crossing 0 is not"),
+    (lambda s: {**s, "crossings": [{**s["crossings"][0], "angle_deg": 91}]}, "crossing 0 is not"),
+    (lambda s: {**s, "loops": [{"points": [[5, 5], [5, 5], [5, 5]]}] + s["loops"][1:]}, "too short to be a loop"),
+    (lambda s: {**s, "loops": [{"points": [[0, 0], [2000, 0]] * 200}] + s["loops"][1:]}, "image sides"),
+    (lambda s: {**s, "loops": [{"points": [[10 ** 400, 0], [0, 1], [1, 1]]}]}, "OverflowError"),
+    (lambda s: {**s, "loops": [{"points": [{"x": 1}, [0, 1], [1, 1]]}]}, "not a scene file"),
     (lambda s: {**s, "crossings": [{**s["crossings"][0], "loops": [0, 99]}]}, "crossing 0 is not"),
     (lambda s: {**s, "crossings": [{"xy": [1, 2]}]}, "crossing 0 is not"),
 ])
