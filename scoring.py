@@ -275,7 +275,10 @@ def _find_numbers(text):
         if kind is not None or _PERCENT_AFTER.match(text, m.end()):
             continue
         if m.group("digits"):
-            value = float(m.group("digits"))
+            digits = m.group("digits")
+            # Whole numbers read exactly (a float rounds a 24-digit one); from 309 digits a float gives inf,
+            # which _committed_value turns down.
+            value = int(digits) if "." not in digits and len(digits) <= 308 else float(digits)
             # A minus glued to the digits and not to a word before it is a sign;
             # in "7-8" or "Loop-7" it is a dash.
             sign_at = m.start() - 1

@@ -1297,3 +1297,10 @@ def test_a_report_dir_that_is_a_file_is_refused_naming_it(tiny, tmp_path):
     result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--report-dir", tmp_path / "report")
     assert result.returncode == 2 and "--report-dir" in result.stderr and "exists and is not a folder" in result.stderr
     assert (tmp_path / "report").read_text(encoding="utf-8") == "notes"
+
+
+def test_a_long_whole_number_is_read_exactly_and_graded_as_a_miss():
+    reply = "There are 100000000000000000000001 loops."
+    assert scoring.extract_answer(reply) == 10**23 + 1
+    assert scoring.score_answer(reply, 7) == 0.0
+    assert scoring.extract_answer("There are " + "9" * 309 + " loops.") is None
