@@ -114,11 +114,16 @@ def test_a_shallow_crossing_is_a_stretch_only_where_a_small_disc_leaves_its_wind
     assert figures[parallel_stretch.WINDOWS] < figures["discs of 10 px"]
 
 
-def test_a_loop_crossing_itself_has_both_passes_set_aside():
-    # A limacon with an inner loop: its self-crossing sets aside arc on both passes through the point.
+def limacon_with_inner_loop():
+    """r = 150 (0.5 + cos t) round (500, 500): it passes through the centre twice, crossing itself at 60 deg."""
     t = np.linspace(0, 2 * np.pi, 2000, endpoint=False)
     radius = 150 * (0.5 + np.cos(t))
-    limacon = np.column_stack([500 + radius * np.cos(t), 500 + radius * np.sin(t)])
+    return np.column_stack([500 + radius * np.cos(t), 500 + radius * np.sin(t)])
+
+
+def test_a_loop_crossing_itself_has_both_passes_set_aside():
+    # A limacon with an inner loop: its self-crossing sets aside arc on both passes through the point.
+    limacon = limacon_with_inner_loop()
     crossing = {"xy": [500.0, 500.0], "loops": [0, 0], "angle_deg": 60.0}  # its passes cross at 60 deg
     open_figures = parallel_stretch.stretches(scene(limacon), 15.0, ())
     figures = parallel_stretch.stretches(scene(limacon, crossings=[crossing]), 15.0, ())
@@ -143,11 +148,16 @@ def test_a_generated_dataset_keeps_its_stretches_short_by_the_crossing_windows(d
     assert float(windows[4]) <= 60.0
 
 
+def records_and_images(dataset, folder):
+    """folder, made to hold dataset's records and (linked) images but no scene files."""
+    folder.mkdir()
+    (folder / "annotations.jsonl").write_bytes((dataset / "annotations.jsonl").read_bytes())
+    (folder / "images").symlink_to(dataset / "images")
+    return folder
+
+
 def test_a_dataset_without_scene_files_is_refused_in_one_line(dataset, tmp_path, capsys):
-    bare = tmp_path / "bare"
-    bare.mkdir()
-    (bare / "annotations.jsonl").write_text((dataset / "annotations.jsonl").read_text(encoding="utf-8"), encoding="utf-8")
-    (bare / "images").symlink_to(dataset / "images")
+    bare = records_and_images(dataset, tmp_path / "bare")
     assert parallel_stretch.main([str(bare)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "make the dataset with --scenes" in err[0]
@@ -156,9 +166,7 @@ def test_a_dataset_without_scene_files_is_refused_in_one_line(dataset, tmp_path,
 def test_a_self_crossing_whose_window_spans_its_whole_loop_sets_the_loop_aside():
     # At 1 degree the window (15 / sin 1 deg, about 860 px) reaches round the whole 1,000 px loop from
     # either pass: nothing is left.
-    t = np.linspace(0, 2 * np.pi, 2000, endpoint=False)
-    radius = 150 * (0.5 + np.cos(t))
-    limacon = np.column_stack([500 + radius * np.cos(t), 500 + radius * np.sin(t)])
+    limacon = limacon_with_inner_loop()
     crossing = {"xy": [500.0, 500.0], "loops": [0, 0], "angle_deg": 1.0}
     assert parallel_stretch.stretches(scene(limacon, crossings=[crossing]), 15.0, ()) == {parallel_stretch.WINDOWS: 0.0}
 
@@ -193,11 +201,7 @@ def test_bad_flags_are_refused_in_one_line(dataset, flags, message, capsys):
     (lambda s: {**s, "crossings": [{"xy": [1, 2]}]}, "crossing 0 is not"),
 ])
 def test_a_scene_file_of_the_wrong_shape_is_refused_in_one_line(dataset, tmp_path, damage, message, capsys):
-    copy = tmp_path / "copy"
-    copy.mkdir()
-    (copy / "annotations.jsonl").write_text((dataset / "annotations.jsonl").read_text(encoding="utf-8"),
-                                            encoding="utf-8")
-    (copy / "images").symlink_to(dataset / "images")
+    copy = records_and_images(dataset, tmp_path / "copy")
     (copy / "scenes").mkdir()
     for path in (dataset / "scenes").iterdir():
         damaged = damage(json.loads(path.read_text(encoding="utf-8")))
