@@ -1,4 +1,4 @@
-"""A dataset folder's records, read for the audit scripts (recount.py, shortcuts.py).
+"""A dataset folder's records, read for the audit scripts (recount.py, shortcuts.py, parallel_stretch.py).
 
 Both scripts judge a folder someone points them at, so a folder that is not a
 dataset is refused with one line naming what is wrong, before any image is
@@ -9,6 +9,7 @@ creation.py, like the scripts themselves.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +20,13 @@ ANNOTATIONS = "annotations.jsonl"
 
 class DatasetInputError(ValueError):
     """The folder does not hold a readable dataset; the message is one line."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, like the scripts' other refusals (exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def read_records(dataset_dir: Path, limit: int | None = None) -> list[dict]:

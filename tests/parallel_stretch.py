@@ -32,7 +32,6 @@ limits are a 90th percentile of 45 px and 1 % of images over 60 px) and exits
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -43,7 +42,7 @@ from pathlib import Path
 import numpy as np
 from scipy.spatial import cKDTree
 
-from dataset_records import DatasetInputError, read_records
+from dataset_records import DatasetInputError, OneLineParser, read_records
 
 SAME_STRAND_ARC_PX = 60.0  # a loop's own points nearer than this along it are one strand bending
 SAME_PASS_ARC_PX = 5.0  # a self-crossing's second pass is the nearest point at least this far along the loop
@@ -195,11 +194,6 @@ def summary(figures: list[dict[str, float]]) -> list[str]:
         lines.append(f"{name:<24}{np.median(v):>8.1f}{np.percentile(v, 90):>8.1f}{v.max():>9.1f}"
                      f"{np.mean(v > 45):>9.1%}{np.mean(v > 60):>9.1%}")
     return lines
-
-
-class OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def build_parser() -> OneLineParser:

@@ -27,7 +27,6 @@ Method
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -40,7 +39,7 @@ from PIL import Image
 from scipy import ndimage
 from skimage.morphology import skeletonize
 
-from dataset_records import DatasetInputError, read_records, readable_image
+from dataset_records import DatasetInputError, OneLineParser, read_records, readable_image
 
 EIGHT = np.ones((3, 3), dtype=bool)
 NEIGHBOUR_OFFSETS = [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)]
@@ -670,8 +669,8 @@ def _recount_record(args: tuple[str, dict, str | None]) -> tuple[dict, dict, flo
     return record, result, seconds
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog=Path(__file__).name, description=__doc__.splitlines()[0])
     parser.add_argument("dataset_dir", type=Path, help="folder holding annotations.jsonl and the images it names")
     parser.add_argument("--limit", type=int, default=None, help="recount only the first K images")
     parser.add_argument("--workers", type=int, default=1, help="processes; 1 runs without a pool (default 1)")

@@ -112,7 +112,6 @@ Only these rows need scikit-learn (a test-only dependency, imported inside).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import math
@@ -128,7 +127,7 @@ from PIL import Image
 from scipy import ndimage
 from skimage.morphology import skeletonize
 
-from dataset_records import DatasetInputError, read_records, readable_image
+from dataset_records import DatasetInputError, OneLineParser, read_records, readable_image
 
 SEED_ATTACK_THRESHOLD = 110  # grey level used by the seed's endpoint attack
 NOISE_SIGMAS_BELOW_BACKGROUND = 6.0  # darker than this is surely not background noise
@@ -807,8 +806,8 @@ def compute_all_features(paths: list[Path], workers: int) -> list[tuple[dict[str
         return list(pool.imap(measure_image, paths, chunksize=4))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=Path(__file__).name,
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog=Path(__file__).name,
                                      description="How well do cheap image statistics predict the loop count?")
     parser.add_argument("dataset_dir", type=Path, help="folder with annotations.jsonl and the images it names")
     parser.add_argument("--limit", type=int, default=None, help="audit only the first K annotations")

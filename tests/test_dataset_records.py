@@ -145,3 +145,17 @@ def test_the_recount_starts_no_more_workers_than_images(tmp_path, monkeypatch):
     folder = bad_folder(tmp_path, '{"image": "a.png", "answer": 3}\n' * 2)
     recount.main([str(folder), "--workers", "99999"])
     assert sizes == [2]
+
+
+@pytest.mark.parametrize("main, flags, message", [
+    (recount.main, ["--workers", "0"], "need --workers >= 1"),
+    (recount.main, ["--min-accuracy", "nan"], "--min-accuracy is a fraction"),
+    (recount.main, ["--limit", "many"], "argument --limit: invalid int value"),
+    (shortcuts.main, ["--seed", "-1"], "--seed must be non-negative"),
+    (shortcuts.main, ["--splits", "x"], "argument --splits: invalid int value"),
+])
+def test_a_bad_flag_is_refused_in_one_line(tmp_path, main, flags, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path), *flags])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and message in err[0], err
