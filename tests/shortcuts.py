@@ -847,18 +847,19 @@ def gate_failures(
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.workers < 1 or args.splits < 1 or (args.limit is not None and args.limit < 4):
-        build_parser().error(
+        parser.error(
             f"need --workers >= 1, --splits >= 1, --limit >= 4; got {args.workers}, {args.splits}, {args.limit}"
         )
     if args.folds < 2 or args.repeats < 1:
-        build_parser().error(f"need --folds >= 2 and --repeats >= 1; got {args.folds}, {args.repeats}")
+        parser.error(f"need --folds >= 2 and --repeats >= 1; got {args.folds}, {args.repeats}")
     if args.seed < 0:
-        build_parser().error(f"--seed must be non-negative, got {args.seed}")
+        parser.error(f"--seed must be non-negative, got {args.seed}")
     # Checked now rather than after the whole audit has run.
     if args.json is not None and (args.json.is_dir() or not args.json.parent.is_dir()):
-        build_parser().error(f"--json {args.json} is a folder or has no folder to go in")
+        parser.error(f"--json {args.json} is a folder or has no folder to go in")
     try:
         paths, answers = read_annotations(args.dataset_dir, args.limit)
         if len(paths) < 4:  # the half/half splits need two images a side
@@ -874,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
         measured = compute_all_features(paths, workers)
         seconds = time.perf_counter() - started
     except DatasetInputError as error:
-        print(f"{build_parser().prog}: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 2
     print(
         f"features: {len(paths)} images in {seconds:.1f} s with {workers} worker(s), "
