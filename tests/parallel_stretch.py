@@ -66,12 +66,12 @@ def arc_gap(a: np.ndarray, b: np.ndarray, length: np.ndarray) -> np.ndarray:
     return np.minimum(d, length - d)
 
 
-def longest_run_px(marked: np.ndarray, loop: np.ndarray, lengths: list[float]) -> float:
+def longest_run_px(marked: np.ndarray, spans: list[slice], lengths: list[float]) -> float:
     """Longest run of consecutive marked samples along any one loop, wrapping round it, in px; a loop
-    marked all round gives its whole length (lengths, px, by loop)."""
+    marked all round gives its whole length (spans and lengths, px, by loop)."""
     best = 0.0
-    for k, length in enumerate(lengths):
-        flags = marked[loop == k]
+    for span, length in zip(spans, lengths):
+        flags = marked[span]
         if flags.all():
             best = max(best, length)
             continue
@@ -124,6 +124,8 @@ def stretches(scene: dict, gap: float, discs: tuple[float, ...]) -> dict[str, fl
     """The image's longest parallel stretch, px, under the crossing windows and under each disc radius."""
     samples = [resample_closed(np.asarray(loop["points"], dtype=float)) for loop in scene["loops"]]
     lengths = [length for _, length in samples]
+    ends = np.cumsum([len(p) for p, _ in samples])
+    spans = [slice(end - len(p), end) for end, (p, _) in zip(ends, samples)]  # each loop's samples, in order
     points = np.vstack([p for p, _ in samples])
     loop = np.concatenate([np.full(len(p), k) for k, (p, _) in enumerate(samples)])
     arc = np.concatenate([np.arange(len(p)) * STEP_PX for p, _ in samples])
@@ -140,7 +142,7 @@ def stretches(scene: dict, gap: float, discs: tuple[float, ...]) -> dict[str, fl
     for c, xy in zip(crossings, at):
         window = gap / math.sin(math.radians(max(c["angle_deg"], 1.0)))  # as the generator's rule bounds it
         for k in set(c["loops"]):
-            on_loop = np.flatnonzero(loop == k)
+            on_loop = np.arange(spans[k].start, spans[k].stop)
             distance = np.hypot(*(points[on_loop] - xy).T)
             first = on_loop[np.argmin(distance)]
             sides = [first]
@@ -149,10 +151,10 @@ def stretches(scene: dict, gap: float, discs: tuple[float, ...]) -> dict[str, fl
                 sides.append(on_loop[away][np.argmin(distance[away])])
             for side in sides:
                 near_window[on_loop[arc_gap(arc[on_loop], arc[side], length[side]) <= window]] = True
-    figures = {WINDOWS: longest_run_px(marked & ~near_window, loop, lengths)}
+    figures = {WINDOWS: longest_run_px(marked & ~near_window, spans, lengths)}
     to_crossing = cKDTree(at).query(points)[0] if len(at) else np.full(len(points), np.inf)
     for radius in discs:
-        figures[disc_name(radius)] = longest_run_px(marked & (to_crossing > radius), loop, lengths)
+        figures[disc_name(radius)] = longest_run_px(marked & (to_crossing > radius), spans, lengths)
     return figures
 
 
