@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.5.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.6.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -82,6 +82,7 @@ MAX_LOOPS = 100  # far past what a person can count in one image; a sample's wor
 MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
 BEND_WINDOW_PX = 10.0  # arc either side of a crossing over which a strand's bend is held against it
+LENS_ARC_RATIO = 1.5  # an eye's sides are nearly straight (under 1.1 x their chord); a curl's lobe is far longer
 GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
@@ -180,6 +181,9 @@ class Config:
     min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", "traceability rules")
     min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
                                            "traceability rules")
+    wide_lens_angle: float = knob(50.0, "shallower crossing angle under which the eye between two crossings of "
+                                  "the same two loops must be --parallel-gap wide, not --min-gap, degrees; 0 "
+                                  "turns this off", "traceability rules")
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
                                       "px: three closer together read as one blot", "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
@@ -260,6 +264,8 @@ class Config:
                 f"reads as a blob; raise it to at least {ink_reach:g}")
         if not 0 <= self.min_crossing_angle < 90:
             raise ValueError(f"--min-crossing-angle must be in [0, 90), got {self.min_crossing_angle}")
+        if not 0 <= self.wide_lens_angle <= 90:
+            raise ValueError(f"--wide-lens-angle must be in [0, 90], got {self.wide_lens_angle}")
         if self.radius_jitter >= 1:
             raise ValueError(f"--radius-jitter must be below 1, got {self.radius_jitter}")
         interior = self.size - 2 * self.interior_margin
@@ -642,10 +648,12 @@ class Crossings:
     arc_a: np.ndarray  # (C,) arc position of the crossing segment on loop_a, px
     arc_b: np.ndarray
     bend_deg: np.ndarray  # (C,) the sharper bend of the two strands there (strand_bend_deg)
+    perimeter_a: np.ndarray  # (C,) length of loop_a, px
+    perimeter_b: np.ndarray
 
     @staticmethod
     def empty() -> Crossings:
-        return Crossings(np.zeros((0, 2)), *(np.zeros(0) for _ in range(6)))
+        return Crossings(np.zeros((0, 2)), *(np.zeros(0) for _ in range(8)))
 
     def __len__(self) -> int:
         return len(self.angle_deg)
@@ -754,9 +762,11 @@ def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndar
     loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
     # Order each crossing's sides by loop id so a pair of loops has one key.
     swap = loop_i > loop_j
+    perimeter_i, perimeter_j = rows_at(first.perimeter, i), rows_at(second.perimeter, j)
     return Crossings(point, angle_deg, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
                      np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j),
-                     np.maximum(rows_at(first.bend_deg, i), rows_at(second.bend_deg, j)))
+                     np.maximum(rows_at(first.bend_deg, i), rows_at(second.bend_deg, j)),
+                     np.where(swap, perimeter_j, perimeter_i), np.where(swap, perimeter_i, perimeter_j))
 
 
 def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:
@@ -908,11 +918,28 @@ def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config
                  & (crossings.loop_b[new][:, None] == crossings.loop_b))
     too_close = bool(np.any(dist < cfg.min_crossing_separation) or np.any(in_new_cluster))
     shallower = np.minimum(crossings.angle_deg[new][:, None], crossings.angle_deg[None, :])
-    same_pair_close = bool(np.any(same_pair & (dist < same_pair_separation_px(shallower, cfg))))
+    # Two crossings of a loop with itself bound an eye only if short arcs join them (not two curls).
+    own = crossings.is_self[new]
+    eye = ~own[:, None] | joined_by_short_arcs(crossings, new, dist) if own.any() else True
+    same_pair_close = bool(np.any(same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))))
     return too_close, same_pair_close
 
 
-def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
+def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> np.ndarray:
+    """For two self-crossings of one loop, whether arcs under LENS_ARC_RATIO x their distance join them.  (N, C)
+
+    Each self-crossing sits at two arc positions of its loop; the two crossings
+    bound an eye when each position of one is that near a position of the other.
+    """
+    def along(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return arc_distance(a[new][:, None], b[None, :], crossings.perimeter_a[new][:, None])
+
+    straight = np.maximum(along(crossings.arc_a, crossings.arc_a), along(crossings.arc_b, crossings.arc_b))
+    swapped = np.maximum(along(crossings.arc_a, crossings.arc_b), along(crossings.arc_b, crossings.arc_a))
+    return np.minimum(straight, swapped) <= LENS_ARC_RATIO * dist
+
+
+def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config, eye: np.ndarray | bool = True) -> np.ndarray:
     """Least distance between two crossings of the same two loops whose shallower angle is angle_deg.
 
     Two strands that cross twice, D apart, at angle theta enclose a lens
@@ -920,8 +947,12 @@ def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
     strokes fuse into what reads as one crossing, or as two strands
     touching; so D must be at least min_gap / tan(theta / 4) (68 px at 30
     degrees, 34 px at 60), and never below min_same_pair_separation.
+    Below wide_lens_angle the lens is long as well as thin, and its sides
+    run side by side, so there it must be parallel_gap wide (114 px at 30),
+    where eye says the two crossings bound one (joined_by_short_arcs).
     """
-    lens_px = cfg.min_gap / np.tan(np.radians(np.maximum(angle_deg, 1.0)) / 4)
+    width = np.where((angle_deg < cfg.wide_lens_angle) & eye, max(cfg.min_gap, cfg.parallel_gap), cfg.min_gap)
+    lens_px = width / np.tan(np.radians(np.maximum(angle_deg, 1.0)) / 4)
     return np.maximum(cfg.min_same_pair_separation, lens_px)
 
 
@@ -1116,8 +1147,9 @@ LOOSEN = {  # what to change when most redraws break a rule
     "crossing_angle": "lower --max-loops or --min-crossing-angle",
     "crossing_bend": "lower --max-loops or raise --max-crossing-bend",
     "crossing_separation": "lower --max-loops, --min-crossing-separation or --crossing-cluster-px",
-    "same_pair_separation": "lower --max-loops, --min-same-pair-separation or --min-gap (two crossings of "
-                            "the same two loops must leave a gap of --min-gap between them)",
+    "same_pair_separation": "lower --max-loops, --min-same-pair-separation, --min-gap or --wide-lens-angle (two "
+                            "crossings of the same two loops must leave a gap of --min-gap between them, of "
+                            "--parallel-gap below --wide-lens-angle)",
     "min_gap": "lower --max-loops or --min-gap",
     "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
     "curl_size": "lower --min-curl-px",

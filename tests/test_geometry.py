@@ -85,17 +85,46 @@ def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
     assert "same_pair_separation" in creation.tangle_violations(loops, CFG)
 
 
-@pytest.mark.parametrize("small_radius, angle_deg, lens_px, rejected", [(25, 35, 4.97, True), (35, 50, 14.1, False)])
+def self_crossings(arcs, points, angle_deg=40.0, perimeter=1000.0):
+    """Self-crossings of loop 0, each at two arc positions."""
+    arcs, count = np.array(arcs, dtype=float), len(arcs)
+    return creation.Crossings(np.array(points, dtype=float), np.full(count, angle_deg), np.zeros(count),
+                              np.zeros(count), arcs[:, 0], arcs[:, 1], np.zeros(count),
+                              np.full(count, perimeter), np.full(count, perimeter))
+
+
+@pytest.mark.parametrize("arcs, eye", [
+    ([(100, 600), (180, 520)], True),  # two strands crossing twice 80 px apart: an eye between them
+    ([(100, 600), (520, 180)], True),  # the same, its positions listed the other way round
+    ([(980, 500), (40, 430)], True),  # the eye straddles the loop's first point
+    ([(100, 300), (350, 550)], False),  # two curls side by side: 200 px lobes, not an eye
+])
+def test_two_self_crossings_bound_an_eye_only_when_short_arcs_join_them(arcs, eye):
+    crossings = self_crossings(arcs, [(500, 500), (580, 500)])
+    dist = np.full((1, 2), 80.0)
+    assert creation.joined_by_short_arcs(crossings, slice(1, None), dist)[0, 0] == eye
+    # Below wide_lens_angle an eye must be parallel_gap wide: 85 px apart at 40 degrees; two curls, 51 px.
+    assert creation.crossing_separation_faults(crossings, 1, CFG) == (False, eye)
+
+
+@pytest.mark.parametrize("small_radius, angle_deg, lens_px, rejected", [
+    (25, 35, 4.97, True),  # fuses into one blob
+    (45, 40, 12.5, True),  # clear of min_gap, but a long eye whose sides run within parallel_gap
+    (25, 60, 13.5, False),  # at 60 degrees the eye is short: min_gap is enough
+    (30, 60, 16.4, False),
+])
 def test_a_thin_lens_between_two_crossings_is_rejected(small_radius, angle_deg, lens_px, rejected):
-    # A small ring dipping into a big one crosses it twice; the sliver between them
-    # is r2 + d - r1 wide. At 5 px it fuses into one blob even though each crossing
-    # is steep enough and the two are more than 30 px apart.
+    # A small ring dipping into a big one crosses it twice, at angle_deg; the sliver
+    # between them is r2 + d - r1 wide. At 5 px it fuses into one blob even though each
+    # crossing is steep enough and the two are more than 30 px apart. Below
+    # wide_lens_angle (50 degrees) it must be parallel_gap (15 px) wide.
     r1, alpha = 250.0, np.radians(angle_deg)
     d = np.sqrt(r1**2 + small_radius**2 - 2 * r1 * small_radius * np.cos(alpha))
     assert small_radius + d - r1 == pytest.approx(lens_px, abs=0.1)
     loops = [circle(512, 600, r1), circle(512, 600 - d, small_radius)]
     _, crossings, _ = creation.find_all_events(loops, CFG)
     assert len(crossings) == 2 and np.linalg.norm(crossings.point[0] - crossings.point[1]) > 30
+    assert crossings.angle_deg == pytest.approx([angle_deg] * 2, abs=0.5)
     assert creation.tangle_violations(loops, CFG) == (["same_pair_separation"] if rejected else [])
 
 
@@ -110,7 +139,8 @@ def crossings_at(*points):
     """Steep crossings at the given points, each of its own pair of loops."""
     count = len(points)
     return creation.Crossings(np.array(points, dtype=float), np.full(count, 90.0), np.arange(count),
-                              np.arange(count) + count, np.zeros(count), np.zeros(count), np.zeros(count))
+                              np.arange(count) + count, np.zeros(count), np.zeros(count), np.zeros(count),
+                              np.full(count, 1000.0), np.full(count, 1000.0))
 
 
 @pytest.mark.parametrize("old, new, clustered", [
@@ -259,9 +289,9 @@ def test_a_strand_bends_alike_wherever_its_loop_starts_and_whichever_way_it_runs
 
 
 def test_a_strand_that_keeps_its_curvature_through_a_crossing_is_not_held_to_the_bend_rule():
-    # A 35 px ring turns 33 degrees within 10 px either side of its 50 degree crossings with a big ring,
+    # A 35 px ring turns 33 degrees within 10 px either side of its 55 degree crossings with a big ring,
     # more than half the angle, but it turns as much either side, and the eye follows it round.
-    r1, r2, alpha = 250.0, 35.0, np.radians(50)
+    r1, r2, alpha = 250.0, 35.0, np.radians(55)
     d = np.sqrt(r1**2 + r2**2 - 2 * r1 * r2 * np.cos(alpha))
     loops = [circle(512, 600, r1), circle(512, 600 - d, r2)]
     _, crossings, _ = creation.find_all_events(loops, CFG)
@@ -299,6 +329,8 @@ def test_loop_leaving_the_margin_is_reported():
     ({"min_gap": 5.5}, "raise --min-gap to at least 6"),
     ({"min_curvature_radius": 1.5}, "--min-curvature-radius 1.5 is tighter"),
     ({"min_crossing_angle": 90}, "--min-crossing-angle"),
+    ({"wide_lens_angle": 91}, r"--wide-lens-angle must be in \[0, 90\]"),
+    ({"wide_lens_angle": -1}, "--wide-lens-angle"),
     ({"radius_jitter": 1.0, "original_shapes": True}, "--radius-jitter"),
     ({"min_waypoints": 3}, "--min-waypoints"),
     ({"points_per_loop": 10}, "--points-per-loop"),
@@ -438,8 +470,13 @@ def test_incremental_crossings_match_a_whole_tangle_search():
 
 
 def brute_force_crossings(loops):
-    """Every proper crossing, testing all segment pairs of every two loops with the parametric formula."""
-    points, angles, pairs = [], [], []
+    """Every proper crossing, testing all segment pairs of every two loops with the parametric formula.
+
+    Also each crossing's arc position along either loop, px from the loop's first point.
+    """
+    points, angles, pairs, arcs = [], [], [], []
+    arc_at = [np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(p, axis=0, append=p[:1]), axis=1))])
+              for p in loops]
     for a in range(len(loops)):
         for b in range(a, len(loops)):
             p0, q0 = loops[a], loops[b]
@@ -460,7 +497,9 @@ def brute_force_crossings(loops):
                 np.linalg.norm(r[i[hit]], axis=1) * np.linalg.norm(s[j[hit]], axis=1))
             angles.append(np.degrees(np.arccos(np.clip(cos, 0, 1))))
             pairs.append(np.tile([a, b], (int(hit.sum()), 1)))
-    return np.concatenate(points), np.concatenate(angles), np.concatenate(pairs)
+            arcs.append(np.column_stack([arc_at[a][i[hit]] + t[hit] * np.linalg.norm(r[i[hit]], axis=1),
+                                         arc_at[b][j[hit]] + u[hit] * np.linalg.norm(s[j[hit]], axis=1)]))
+    return np.concatenate(points), np.concatenate(angles), np.concatenate(pairs), np.concatenate(arcs), arc_at
 
 
 def circumradius(points):
@@ -493,18 +532,26 @@ def assert_close_vertices_sit_at_crossings(loops, cfg, points, pairs):
 
 
 def assert_every_rule_holds(loops, cfg):
-    points, angles, pairs = brute_force_crossings(loops)
+    points, angles, pairs, arcs, arc_at = brute_force_crossings(loops)
     assert np.all(angles >= cfg.min_crossing_angle - 0.01)
     dist = np.linalg.norm(points[:, None] - points[None], axis=2) + np.eye(len(points)) * 1e9
     assert np.all(dist >= cfg.min_crossing_separation)
     assert np.all((dist <= cfg.crossing_cluster_px).sum(axis=1) <= 1)  # no three crossings in one small patch
     same_pair = np.all(pairs[:, None] == pairs[None], axis=2)
     # Two crossings of the same loops, D apart at angle theta, leave a lens about
-    # D tan(theta / 4) wide between them, which must not be thinner than min_gap.
-    shallower = np.radians(np.minimum(angles[:, None], angles[None]))
-    lens_px = dist * np.tan(shallower / 4)
+    # D tan(theta / 4) wide between them, which must not be thinner than min_gap,
+    # nor than parallel_gap when theta is under wide_lens_angle and short arcs
+    # join the two (always so for two loops: the rule does not look).
+    shallower_deg = np.minimum(angles[:, None], angles[None])
+    lens_px = dist * np.tan(np.radians(shallower_deg) / 4)
+    perimeter = np.array([a[-1] for a in arc_at])[pairs[:, 0]]
+    along = np.abs(arcs[:, None, :, None] - arcs[None, :, None, :])  # (C, C, 2, 2) between either's positions
+    along = np.minimum(along, perimeter[:, None, None, None] - along)
+    matched = np.minimum(np.maximum(along[..., 0, 0], along[..., 1, 1]), np.maximum(along[..., 0, 1], along[..., 1, 0]))
+    eye = (pairs[:, 0] != pairs[:, 1])[:, None] | (matched <= 1.5 * dist)
+    least_px = np.where((shallower_deg < cfg.wide_lens_angle) & eye, max(cfg.min_gap, cfg.parallel_gap), cfg.min_gap)
     assert np.all(dist[same_pair] >= cfg.min_same_pair_separation)
-    assert np.all(lens_px[same_pair] >= cfg.min_gap - 1e-6)
+    assert np.all(lens_px[same_pair] >= least_px[same_pair] - 1e-6)
     for loop in loops:
         assert circumradius(loop).min() >= 0.9 * cfg.min_curvature_radius
     everything = np.concatenate(loops)
