@@ -182,8 +182,9 @@ class Config:
     min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
                                            "traceability rules")
     wide_lens_angle: float = knob(50.0, "shallower crossing angle under which the eye between two crossings of "
-                                  "the same two loops must be --parallel-gap wide, not --min-gap, degrees; 0 "
-                                  "turns this off", "traceability rules")
+                                  "the same two loops (of one loop with itself, where short arcs join them) must "
+                                  "be --parallel-gap wide, not --min-gap, degrees; 0 turns this off",
+                                  "traceability rules")
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
                                       "px: three closer together read as one blot", "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
@@ -648,12 +649,11 @@ class Crossings:
     arc_a: np.ndarray  # (C,) arc position of the crossing segment on loop_a, px
     arc_b: np.ndarray
     bend_deg: np.ndarray  # (C,) the sharper bend of the two strands there (strand_bend_deg)
-    perimeter_a: np.ndarray  # (C,) length of loop_a, px
-    perimeter_b: np.ndarray
+    perimeter_a: np.ndarray  # (C,) length of loop_a, px: where a loop crosses itself, the loop its arcs run along
 
     @staticmethod
     def empty() -> Crossings:
-        return Crossings(np.zeros((0, 2)), *(np.zeros(0) for _ in range(8)))
+        return Crossings(np.zeros((0, 2)), *(np.zeros(0) for _ in range(7)))
 
     def __len__(self) -> int:
         return len(self.angle_deg)
@@ -762,11 +762,10 @@ def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndar
     loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
     # Order each crossing's sides by loop id so a pair of loops has one key.
     swap = loop_i > loop_j
-    perimeter_i, perimeter_j = rows_at(first.perimeter, i), rows_at(second.perimeter, j)
     return Crossings(point, angle_deg, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
                      np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j),
                      np.maximum(rows_at(first.bend_deg, i), rows_at(second.bend_deg, j)),
-                     np.where(swap, perimeter_j, perimeter_i), np.where(swap, perimeter_i, perimeter_j))
+                     np.where(swap, rows_at(second.perimeter, j), rows_at(first.perimeter, i)))
 
 
 def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:

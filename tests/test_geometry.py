@@ -85,12 +85,12 @@ def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
     assert "same_pair_separation" in creation.tangle_violations(loops, CFG)
 
 
-def self_crossings(arcs, points, angle_deg=40.0, perimeter=1000.0):
-    """Self-crossings of loop 0, each at two arc positions."""
+def self_crossings(arcs, points, angle_deg=40.0, perimeter=1000.0, loops=None):
+    """Crossings at 40 degrees, each at two arc positions; of loop 0 with itself unless loops says (a, b) per row."""
     arcs, count = np.array(arcs, dtype=float), len(arcs)
-    return creation.Crossings(np.array(points, dtype=float), np.full(count, angle_deg), np.zeros(count),
-                              np.zeros(count), arcs[:, 0], arcs[:, 1], np.zeros(count),
-                              np.full(count, perimeter), np.full(count, perimeter))
+    loops = np.zeros((count, 2)) if loops is None else np.array(loops, dtype=float)
+    return creation.Crossings(np.array(points, dtype=float), np.full(count, angle_deg), loops[:, 0], loops[:, 1],
+                              arcs[:, 0], arcs[:, 1], np.zeros(count), np.full(count, perimeter))
 
 
 @pytest.mark.parametrize("arcs, eye", [
@@ -105,6 +105,15 @@ def test_two_self_crossings_bound_an_eye_only_when_short_arcs_join_them(arcs, ey
     assert creation.joined_by_short_arcs(crossings, slice(1, None), dist)[0, 0] == eye
     # Below wide_lens_angle an eye must be parallel_gap wide: 85 px apart at 40 degrees; two curls, 51 px.
     assert creation.crossing_separation_faults(crossings, 1, CFG) == (False, eye)
+    assert creation.crossing_separation_faults(crossings, 1, Config(wide_lens_angle=0)) == (False, False)
+
+
+def test_two_crossings_of_two_loops_bound_an_eye_beside_a_self_crossing():
+    # Loops 1 and 2 cross twice 80 px apart at 40 degrees, far apart along both loops; a curl of
+    # loop 0 is among the new crossings. Two loops' crossings always count as an eye.
+    crossings = self_crossings([(100, 300), (100, 600), (500, 900)], [(0, 300), (500, 500), (580, 500)],
+                               loops=[(0, 0), (1, 2), (1, 2)])
+    assert creation.crossing_separation_faults(crossings, 0, CFG) == (False, True)
 
 
 @pytest.mark.parametrize("small_radius, angle_deg, lens_px, rejected", [
@@ -140,7 +149,7 @@ def crossings_at(*points):
     count = len(points)
     return creation.Crossings(np.array(points, dtype=float), np.full(count, 90.0), np.arange(count),
                               np.arange(count) + count, np.zeros(count), np.zeros(count), np.zeros(count),
-                              np.full(count, 1000.0), np.full(count, 1000.0))
+                              np.full(count, 1000.0))
 
 
 @pytest.mark.parametrize("old, new, clustered", [
@@ -470,13 +479,8 @@ def test_incremental_crossings_match_a_whole_tangle_search():
 
 
 def brute_force_crossings(loops):
-    """Every proper crossing, testing all segment pairs of every two loops with the parametric formula.
-
-    Also each crossing's arc position along either loop, px from the loop's first point.
-    """
-    points, angles, pairs, arcs = [], [], [], []
-    arc_at = [np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(p, axis=0, append=p[:1]), axis=1))])
-              for p in loops]
+    """Every proper crossing, testing all segment pairs of every two loops with the parametric formula."""
+    points, angles, pairs = [], [], []
     for a in range(len(loops)):
         for b in range(a, len(loops)):
             p0, q0 = loops[a], loops[b]
@@ -497,9 +501,7 @@ def brute_force_crossings(loops):
                 np.linalg.norm(r[i[hit]], axis=1) * np.linalg.norm(s[j[hit]], axis=1))
             angles.append(np.degrees(np.arccos(np.clip(cos, 0, 1))))
             pairs.append(np.tile([a, b], (int(hit.sum()), 1)))
-            arcs.append(np.column_stack([arc_at[a][i[hit]] + t[hit] * np.linalg.norm(r[i[hit]], axis=1),
-                                         arc_at[b][j[hit]] + u[hit] * np.linalg.norm(s[j[hit]], axis=1)]))
-    return np.concatenate(points), np.concatenate(angles), np.concatenate(pairs), np.concatenate(arcs), arc_at
+    return np.concatenate(points), np.concatenate(angles), np.concatenate(pairs)
 
 
 def circumradius(points):
@@ -532,7 +534,7 @@ def assert_close_vertices_sit_at_crossings(loops, cfg, points, pairs):
 
 
 def assert_every_rule_holds(loops, cfg):
-    points, angles, pairs, arcs, arc_at = brute_force_crossings(loops)
+    points, angles, pairs = brute_force_crossings(loops)
     assert np.all(angles >= cfg.min_crossing_angle - 0.01)
     dist = np.linalg.norm(points[:, None] - points[None], axis=2) + np.eye(len(points)) * 1e9
     assert np.all(dist >= cfg.min_crossing_separation)
@@ -540,16 +542,13 @@ def assert_every_rule_holds(loops, cfg):
     same_pair = np.all(pairs[:, None] == pairs[None], axis=2)
     # Two crossings of the same loops, D apart at angle theta, leave a lens about
     # D tan(theta / 4) wide between them, which must not be thinner than min_gap,
-    # nor than parallel_gap when theta is under wide_lens_angle and short arcs
-    # join the two (always so for two loops: the rule does not look).
+    # nor, for two different loops, than parallel_gap when theta is under
+    # wide_lens_angle (a loop's eyes with itself have unit tests of their own).
     shallower_deg = np.minimum(angles[:, None], angles[None])
     lens_px = dist * np.tan(np.radians(shallower_deg) / 4)
-    perimeter = np.array([a[-1] for a in arc_at])[pairs[:, 0]]
-    along = np.abs(arcs[:, None, :, None] - arcs[None, :, None, :])  # (C, C, 2, 2) between either's positions
-    along = np.minimum(along, perimeter[:, None, None, None] - along)
-    matched = np.minimum(np.maximum(along[..., 0, 0], along[..., 1, 1]), np.maximum(along[..., 0, 1], along[..., 1, 0]))
-    eye = (pairs[:, 0] != pairs[:, 1])[:, None] | (matched <= 1.5 * dist)
-    least_px = np.where((shallower_deg < cfg.wide_lens_angle) & eye, max(cfg.min_gap, cfg.parallel_gap), cfg.min_gap)
+    two_loops = (pairs[:, 0] != pairs[:, 1])[:, None]
+    least_px = np.where((shallower_deg < cfg.wide_lens_angle) & two_loops, max(cfg.min_gap, cfg.parallel_gap),
+                        cfg.min_gap)
     assert np.all(dist[same_pair] >= cfg.min_same_pair_separation)
     assert np.all(lens_px[same_pair] >= least_px[same_pair] - 1e-6)
     for loop in loops:
