@@ -183,8 +183,8 @@ class Config:
                                            "traceability rules")
     wide_lens_angle: float = knob(50.0, "shallower crossing angle under which the eye between two crossings of "
                                   "the same two loops (of one loop with itself, where short arcs join them) must "
-                                  "be --parallel-gap wide, not --min-gap, degrees; 0 turns this off",
-                                  "traceability rules")
+                                  "be --parallel-gap wide, not --min-gap, degrees; at or below "
+                                  "--min-crossing-angle (0, say) the rule is off", "traceability rules")
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
                                       "px: three closer together read as one blot", "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
@@ -197,6 +197,9 @@ class Config:
     sample_restarts: int = knob(25, "restarts before a sample fails", "traceability rules")
 
     def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):  # -0.0 reads as 0 everywhere but in numpy's bounds and data.json
+            if isinstance(getattr(self, field.name), float):
+                object.__setattr__(self, field.name, getattr(self, field.name) + 0.0)
         for name in ("n", "min_loops", "min_waypoints", "points_per_loop", "size",
                      "loop_attempts", "sample_restarts"):
             if getattr(self, name) < 1:

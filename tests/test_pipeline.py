@@ -270,3 +270,14 @@ def test_data_json_is_written_sample_by_sample_exactly_as_one_dump(tmp_path, cou
     header = creation.dataset_header(cfg, Counter(r["answer"] for r in records))
     expected = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
     assert (tmp_path / "data.json").read_text(encoding="utf-8") == expected
+
+
+def test_a_negative_zero_flag_is_zero(tmp_path):
+    # -0 is 0: numpy's uniform draw refuses the bounds (0, -0.0), and data.json must not name a dataset of its own.
+    out = tmp_path / "negzero"
+    assert creation.main(["--n", "2", "--quiet", "--workers", "1", "--out", str(out),
+                          "--angle-jitter", "-0", "--wide-lens-angle", "-0"]) == 0
+    settings = json.loads((out / "data.json").read_text())["config"]
+    assert repr(settings["angle_jitter"]) == repr(settings["wide_lens_angle"]) == "0.0"
+    assert creation.main(["--n", "2", "--quiet", "--workers", "1", "--out", str(out),
+                          "--angle-jitter", "0", "--wide-lens-angle", "0"]) == 0
