@@ -197,9 +197,6 @@ class Config:
     sample_restarts: int = knob(25, "restarts before a sample fails", "traceability rules")
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):  # -0.0 reads as 0 everywhere but in numpy's bounds and data.json
-            if isinstance(getattr(self, field.name), float):
-                object.__setattr__(self, field.name, getattr(self, field.name) + 0.0)
         for name in ("n", "min_loops", "min_waypoints", "points_per_loop", "size",
                      "loop_attempts", "sample_restarts"):
             if getattr(self, name) < 1:
@@ -222,6 +219,8 @@ class Config:
             value = getattr(self, field.name)
             if isinstance(value, float) and not np.isfinite(value):
                 raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
+            if isinstance(value, float):  # -0.0 reads as 0 everywhere but in numpy's bounds and data.json
+                object.__setattr__(self, field.name, value + 0.0)
         if self.n > MAX_SAMPLES:
             raise ValueError(f"--n must be at most {MAX_SAMPLES:,}, got {self.n:,}")
         if self.answers not in ANSWER_DISTRIBUTIONS:
@@ -922,7 +921,7 @@ def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config
     shallower = np.minimum(crossings.angle_deg[new][:, None], crossings.angle_deg[None, :])
     # Two crossings of a loop with itself bound an eye only if short arcs join them (not two curls).
     own = crossings.is_self[new]
-    eye = ~own[:, None] | joined_by_short_arcs(crossings, new, dist) if own.any() else True
+    eye = (~own[:, None] | joined_by_short_arcs(crossings, new, dist)) if own.any() else True
     same_pair_close = bool(np.any(same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))))
     return too_close, same_pair_close
 
@@ -931,7 +930,8 @@ def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> 
     """For two self-crossings of one loop, whether arcs under LENS_ARC_RATIO x their distance join them.  (N, C)
 
     Each self-crossing sits at two arc positions of its loop; the two crossings
-    bound an eye when each position of one is that near a position of the other.
+    bound an eye when the positions of one pair off with the other's, each that
+    near its partner along the loop.
     """
     def along(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return arc_distance(a[new][:, None], b[None, :], crossings.perimeter_a[new][:, None])

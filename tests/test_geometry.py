@@ -85,14 +85,6 @@ def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
     assert "same_pair_separation" in creation.tangle_violations(loops, CFG)
 
 
-def self_crossings(arcs, points, angle_deg=40.0, perimeter=1000.0, loops=None):
-    """Crossings at 40 degrees, each at two arc positions; of loop 0 with itself unless loops says (a, b) per row."""
-    arcs, count = np.array(arcs, dtype=float), len(arcs)
-    loops = np.zeros((count, 2)) if loops is None else np.array(loops, dtype=float)
-    return creation.Crossings(np.array(points, dtype=float), np.full(count, angle_deg), loops[:, 0], loops[:, 1],
-                              arcs[:, 0], arcs[:, 1], np.zeros(count), np.full(count, perimeter))
-
-
 @pytest.mark.parametrize("arcs, eye", [
     ([(100, 600), (180, 520)], True),  # two strands crossing twice 80 px apart: an eye between them
     ([(100, 600), (520, 180)], True),  # the same, its positions listed the other way round
@@ -100,7 +92,7 @@ def self_crossings(arcs, points, angle_deg=40.0, perimeter=1000.0, loops=None):
     ([(100, 300), (350, 550)], False),  # two curls side by side: 200 px lobes, not an eye
 ])
 def test_two_self_crossings_bound_an_eye_only_when_short_arcs_join_them(arcs, eye):
-    crossings = self_crossings(arcs, [(500, 500), (580, 500)])
+    crossings = crossings_of([(500, 500), (580, 500)], [(0, 0), (0, 0)], arcs, angle_deg=40.0)
     dist = np.full((1, 2), 80.0)
     assert creation.joined_by_short_arcs(crossings, slice(1, None), dist)[0, 0] == eye
     # Below wide_lens_angle an eye must be parallel_gap wide: 85 px apart at 40 degrees; two curls, 51 px.
@@ -111,8 +103,8 @@ def test_two_self_crossings_bound_an_eye_only_when_short_arcs_join_them(arcs, ey
 def test_two_crossings_of_two_loops_bound_an_eye_beside_a_self_crossing():
     # Loops 1 and 2 cross twice 80 px apart at 40 degrees, far apart along both loops; a curl of
     # loop 0 is among the new crossings. Two loops' crossings always count as an eye.
-    crossings = self_crossings([(100, 300), (100, 600), (500, 900)], [(0, 300), (500, 500), (580, 500)],
-                               loops=[(0, 0), (1, 2), (1, 2)])
+    crossings = crossings_of([(0, 300), (500, 500), (580, 500)], [(0, 0), (1, 2), (1, 2)],
+                             [(100, 300), (100, 600), (500, 900)], angle_deg=40.0)
     assert creation.crossing_separation_faults(crossings, 0, CFG) == (False, True)
 
 
@@ -144,12 +136,17 @@ def test_three_strands_through_nearly_one_point_are_rejected():
     assert "crossing_separation" in creation.tangle_violations(loops, CFG)
 
 
+def crossings_of(points, loops, arcs=None, angle_deg=90.0, perimeter=1000.0):
+    """Crossings at the given points and angle, of the loops (a, b) per row, at arc positions (on a, on b)."""
+    count, loops = len(points), np.array(loops)
+    arcs = np.zeros((count, 2)) if arcs is None else np.array(arcs, dtype=float)
+    return creation.Crossings(np.array(points, dtype=float), np.full(count, angle_deg), loops[:, 0], loops[:, 1],
+                              arcs[:, 0], arcs[:, 1], np.zeros(count), np.full(count, perimeter))
+
+
 def crossings_at(*points):
     """Steep crossings at the given points, each of its own pair of loops."""
-    count = len(points)
-    return creation.Crossings(np.array(points, dtype=float), np.full(count, 90.0), np.arange(count),
-                              np.arange(count) + count, np.zeros(count), np.zeros(count), np.zeros(count),
-                              np.full(count, 1000.0))
+    return crossings_of(points, [(i, i + len(points)) for i in range(len(points))])
 
 
 @pytest.mark.parametrize("old, new, clustered", [
