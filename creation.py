@@ -174,7 +174,8 @@ class Config:
                           "least the stroke width plus 3; at most an eighth of --size (of 1024 if smaller)",
                           "traceability rules")
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
-                               "side, px; at most an eighth of --size (of 1024 if smaller)", "traceability rules")
+                               "side, px; at most an eighth of --size (of 1024 if smaller); 0 turns this rule off, and with it "
+                               "the wide lens (then --min-gap wide)", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
                                    "away from their crossings, px", "traceability rules")
     min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")

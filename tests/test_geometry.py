@@ -176,6 +176,14 @@ def test_concentric_rings_inside_the_parallel_gap_fail(gap_px, broken):
     assert creation.tangle_violations(rings, CFG) == (["parallel"] if broken else [])
 
 
+def test_a_parallel_gap_of_0_turns_the_parallel_and_wide_lens_rules_off():
+    # What --parallel-gap's help promises: rings 12 px apart all the way round pass, and an eye at
+    # 40 degrees need only be min_gap wide (51 px apart, not 85).
+    off = Config(parallel_gap=0.0)
+    assert creation.tangle_violations([circle(512, 512, 200), circle(512, 512, 212)], off) == []
+    assert creation.same_pair_separation_px(np.array([40.0]), off)[0] == pytest.approx(9 / np.tan(np.radians(10)))
+
+
 @pytest.mark.parametrize("counts", [(900, 900), (900, 357), (357, 1301)])
 @pytest.mark.parametrize("gap_px, broken", [(11.0, True), (12.0, True), (14.0, False)])
 def test_a_near_tangent_approach_is_a_parallel_stretch(gap_px, broken, counts):
