@@ -174,8 +174,8 @@ class Config:
                           "least the stroke width plus 3; at most an eighth of --size (of 1024 if smaller)",
                           "traceability rules")
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
-                               "side, px; at most an eighth of --size (of 1024 if smaller); 0 turns this rule off, and with it "
-                               "the wide lens (then --min-gap wide)", "traceability rules")
+                               "side, px; at most an eighth of --size (of 1024 if smaller); 0 turns this rule "
+                               "off, and with it the wide lens (then --min-gap wide)", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
                                    "away from their crossings, px", "traceability rules")
     min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
@@ -198,8 +198,7 @@ class Config:
     sample_restarts: int = knob(25, "restarts before a sample fails", "traceability rules")
 
     def __post_init__(self) -> None:
-        for name in ("n", "min_loops", "min_waypoints", "points_per_loop", "size",
-                     "loop_attempts", "sample_restarts"):
+        for name in ("n", "min_loops", "min_waypoints", "size", "loop_attempts", "sample_restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
         for name, limit, why in (("size", MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
@@ -1792,8 +1791,8 @@ EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an 
 
 
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is a file or lies under one, a link to nothing, or an export's folder, before
-    anything is made."""
+    """Refuse an --out that is a file or lies under one, a folder this user cannot write to, a link to
+    nothing, or an export's folder, before anything is made."""
     if out_dir.is_symlink() and not out_dir.exists():
         raise BadOutput(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
     for folder in (out_dir, *out_dir.parents):
@@ -1801,6 +1800,8 @@ def check_output_folder(out_dir: Path) -> None:
             if not folder.is_dir():
                 where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
                 raise BadOutput(f"--out {out_dir} {where}, not a folder")
+            if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):
+                raise BadOutput(f"--out {out_dir} is not writable by this user: choose another folder")
             break
     # Its annotations.jsonl describes the export's own image files: a dataset written there would leave
     # them describing nothing, whatever --overwrite says.
@@ -2871,8 +2872,9 @@ def build_parser() -> OneLineParser:
     run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
                      help="output folder (default: the folder holding creation.py)")
     run.add_argument("--workers", type=int, default=usable_cores(),
-                     help="worker processes; 1 runs without a pool (default: every core this process may use)")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+                     help="worker processes; 1 runs without a pool (default, and most: every core this process "
+                          "may use, as more would only share them)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar and no closing summary; errors still print")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")
     review = p.add_argument_group("extra outputs (outside images/, never part of the dataset files)")
@@ -2953,6 +2955,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
+    workers = min(args.workers, usable_cores())  # each extra process would cost its memory and start-up for nothing
     if args.merge and args.shard:
         parser.error("--merge combines finished shards; run it without --shard")
     if args.shard and args.shard.m > cfg.n:
@@ -2974,13 +2977,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.merge:
             count = cfg.n
-            merged = merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.overwrite)
+            merged = merge_shards(cfg, args.out, workers, args.quiet, args.scenes, args.overwrite)
             done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
                     else "the dataset was merged already; nothing left to do")
         else:
             shard = args.shard or WHOLE_RUN
             count = len(shard.indices(cfg.n))
-            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
+            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays,
                                      args.scenes)
             files = f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name
             done = (f"wrote {count} images and {files}" if drawn == count

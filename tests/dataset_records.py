@@ -29,6 +29,12 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def missing_test_package(tool: str, module: str) -> str:
+    """The one line a script prints when run outside the test environment, which installs what it needs."""
+    return (f"{tool}: error: needs the module {module}, which the test requirements install: "
+            "pip install -r tests/requirements.txt")
+
+
 def read_records(dataset_dir: Path, limit: int | None = None) -> list[dict]:
     """The first `limit` records (all when None) of dataset_dir/annotations.jsonl, each with a string
     "image" naming a file by its path relative to the folder and an integer "answer"."""

@@ -37,9 +37,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 from scipy import ndimage
-from skimage.morphology import skeletonize
 
-from dataset_records import DatasetInputError, OneLineParser, read_records, readable_image
+from dataset_records import DatasetInputError, OneLineParser, missing_test_package, read_records, readable_image
+
+try:
+    from skimage.morphology import skeletonize
+except ModuleNotFoundError as missing:
+    raise SystemExit(missing_test_package("recount.py", missing.name)) from None
 
 EIGHT = np.ones((3, 3), dtype=bool)
 NEIGHBOUR_OFFSETS = [(-1, -1), (-1, 0), (-1, 1), (0, -1), (0, 1), (1, -1), (1, 0), (1, 1)]

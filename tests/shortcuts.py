@@ -113,6 +113,7 @@ Only these rows need scikit-learn (a test-only dependency, imported inside).
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -125,9 +126,13 @@ import numpy as np
 import scipy.fft
 from PIL import Image
 from scipy import ndimage
-from skimage.morphology import skeletonize
 
-from dataset_records import DatasetInputError, OneLineParser, read_records, readable_image
+from dataset_records import DatasetInputError, OneLineParser, missing_test_package, read_records, readable_image
+
+try:
+    from skimage.morphology import skeletonize
+except ModuleNotFoundError as missing:
+    raise SystemExit(missing_test_package("shortcuts.py", missing.name)) from None
 
 SEED_ATTACK_THRESHOLD = 110  # grey level used by the seed's endpoint attack
 NOISE_SIGMAS_BELOW_BACKGROUND = 6.0  # darker than this is surely not background noise
@@ -849,6 +854,8 @@ def gate_failures(
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("sklearn") is None:  # imported only where the learned attacks run, at the end
+        raise SystemExit(missing_test_package(parser.prog, "sklearn"))
     if args.workers < 1 or args.splits < 1 or (args.limit is not None and args.limit < 4):
         parser.error(
             f"need --workers >= 1, --splits >= 1, --limit >= 4; got {args.workers}, {args.splits}, {args.limit}"

@@ -5,6 +5,8 @@ anything; until dataset_records.py they raised tracebacks, and an empty annotati
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -159,3 +161,25 @@ def test_a_bad_flag_is_refused_in_one_line(tmp_path, main, flags, message, capsy
         main([str(tmp_path), *flags])
     err = capsys.readouterr().err.strip().splitlines()
     assert stop.value.code == 2 and len(err) == 1 and message in err[0], err
+
+
+@pytest.mark.parametrize("script", ["recount.py", "shortcuts.py"])
+def test_a_script_run_without_the_test_packages_says_how_to_get_them_in_one_line(tmp_path, script):
+    tests = Path(__file__).parent
+    code = (f"import runpy, sys; sys.modules['skimage'] = None; sys.path.insert(0, {str(tests)!r}); "
+            f"sys.argv = [{script!r}, {str(tmp_path)!r}]; runpy.run_path({str(tests / script)!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    err = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and len(err) == 1, result.stderr
+    assert err[0].startswith(f"{script}: error: needs the module skimage")
+    assert err[0].endswith("pip install -r tests/requirements.txt")
+
+
+def test_the_audit_without_scikit_learn_says_so_before_measuring_anything(tmp_path, monkeypatch, capsys):
+    find_spec = shortcuts.importlib.util.find_spec
+    monkeypatch.setattr(shortcuts.importlib.util, "find_spec",
+                        lambda name: None if name == "sklearn" else find_spec(name))
+    monkeypatch.setattr(shortcuts, "read_annotations", lambda *args: pytest.fail("measured before refusing"))
+    with pytest.raises(SystemExit) as stop:
+        shortcuts.main([str(tmp_path)])
+    assert "needs the module sklearn" in str(stop.value.code)

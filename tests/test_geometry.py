@@ -347,7 +347,8 @@ def test_loop_leaving_the_margin_is_reported():
     ({"wide_lens_angle": -1}, "--wide-lens-angle"),
     ({"radius_jitter": 1.0, "original_shapes": True}, "--radius-jitter"),
     ({"min_waypoints": 3}, "--min-waypoints"),
-    ({"points_per_loop": 10}, "--points-per-loop"),
+    ({"points_per_loop": 10}, "--points-per-loop must be at least 64, got 10"),
+    ({"points_per_loop": 0}, "--points-per-loop must be at least 64, got 0"),  # one floor, whatever the value
     ({"points_per_loop": 100_000_000}, "--points-per-loop must be at most 20,000"),
     ({"size": 99_999_999_999}, "--size must be at most 8,192"),
     ({"size": 30_000}, "--size must be at most 8,192"),

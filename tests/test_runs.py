@@ -602,11 +602,26 @@ def test_a_pool_starts_no_more_workers_than_there_are_images(tmp_path, monkeypat
             super().__init__(workers, **options)
 
     monkeypatch.setattr(creation, "ProcessPoolExecutor", Recording)
+    monkeypatch.setattr(creation, "usable_cores", lambda: 16)  # so that only the images limit the pool
     assert creation.main(["--n", "3", "--seed", "3", "--quiet", "--out", str(tmp_path / "a"), "--workers", "16"]) == 0
     shard = ["--n", "7", "--seed", "3", "--quiet", "--workers", "16", "--shard"]
     assert creation.main([*shard, "0/3", "--out", str(tmp_path / "b")]) == 0  # images 0, 3 and 6
     assert creation.main([*shard, "1/6", "--out", str(tmp_path / "c")]) == 0  # image 1 alone, drawn without a pool
     assert started == [3, 3]
+
+
+def test_a_pool_starts_no_more_workers_than_there_are_cores(tmp_path, monkeypatch):
+    started = []
+
+    class Recording(creation.ProcessPoolExecutor):
+        def __init__(self, workers, **options):
+            started.append(workers)
+            super().__init__(workers, **options)
+
+    monkeypatch.setattr(creation, "ProcessPoolExecutor", Recording)
+    monkeypatch.setattr(creation, "usable_cores", lambda: 2)
+    assert creation.main(["--n", "4", "--seed", "3", "--quiet", "--out", str(tmp_path), "--workers", "100000"]) == 0
+    assert started == [2]
 
 
 def test_workers_are_forked_whatever_the_default_start_method(tmp_path):
@@ -961,6 +976,19 @@ def test_out_naming_a_file_is_bad_input_in_one_true_line(tmp_path, capsys):
         f"creation.py: error: --out {tmp_path / 'file'} is a file, not a folder"]
     assert creation.main([*FLAGS, "--out", str(tmp_path / "file"), "--merge"]) == 2
     assert (tmp_path / "file").read_text() == "mine"
+
+
+def test_an_out_folder_this_user_cannot_write_is_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
+    # Run as root, the tests cannot take write permission away, so the check is asked about this folder.
+    out = tmp_path / "read-only"
+    out.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: Path(path) != out and real_access(path, mode, **kw))
+    for extra in ([], ["--merge"]):
+        assert creation.main([*FLAGS, "--out", str(out), *extra]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"creation.py: error: --out {out} is not writable by this user: choose another folder"]
+    assert list(out.iterdir()) == []
 
 
 def test_an_out_folder_that_cannot_be_made_is_bad_input_named_as_such(tmp_path, capsys):
