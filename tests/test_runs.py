@@ -593,7 +593,9 @@ def test_default_workers_follow_the_cores_this_process_may_use(monkeypatch):
     assert creation.build_parser().parse_args([]).workers == 1
 
 
-def test_a_pool_starts_no_more_workers_than_there_are_images(tmp_path, monkeypatch):
+@pytest.fixture
+def pool_sizes(monkeypatch) -> list[int]:
+    """The worker count of every process pool a run starts, in order."""
     started = []
 
     class Recording(creation.ProcessPoolExecutor):
@@ -602,26 +604,22 @@ def test_a_pool_starts_no_more_workers_than_there_are_images(tmp_path, monkeypat
             super().__init__(workers, **options)
 
     monkeypatch.setattr(creation, "ProcessPoolExecutor", Recording)
+    return started
+
+
+def test_a_pool_starts_no_more_workers_than_there_are_images(tmp_path, monkeypatch, pool_sizes):
     monkeypatch.setattr(creation, "usable_cores", lambda: 16)  # so that only the images limit the pool
     assert creation.main(["--n", "3", "--seed", "3", "--quiet", "--out", str(tmp_path / "a"), "--workers", "16"]) == 0
     shard = ["--n", "7", "--seed", "3", "--quiet", "--workers", "16", "--shard"]
     assert creation.main([*shard, "0/3", "--out", str(tmp_path / "b")]) == 0  # images 0, 3 and 6
     assert creation.main([*shard, "1/6", "--out", str(tmp_path / "c")]) == 0  # image 1 alone, drawn without a pool
-    assert started == [3, 3]
+    assert pool_sizes == [3, 3]
 
 
-def test_a_pool_starts_no_more_workers_than_there_are_cores(tmp_path, monkeypatch):
-    started = []
-
-    class Recording(creation.ProcessPoolExecutor):
-        def __init__(self, workers, **options):
-            started.append(workers)
-            super().__init__(workers, **options)
-
-    monkeypatch.setattr(creation, "ProcessPoolExecutor", Recording)
+def test_a_pool_starts_no_more_workers_than_there_are_cores(tmp_path, monkeypatch, pool_sizes):
     monkeypatch.setattr(creation, "usable_cores", lambda: 2)
     assert creation.main(["--n", "4", "--seed", "3", "--quiet", "--out", str(tmp_path), "--workers", "100000"]) == 0
-    assert started == [2]
+    assert pool_sizes == [2]
 
 
 def test_workers_are_forked_whatever_the_default_start_method(tmp_path):
