@@ -1863,8 +1863,14 @@ def write_atomic(path: Path, write) -> None:
         tmp.unlink(missing_ok=True)  # a symlink left at this name is not written through
         write(tmp)
         os.replace(tmp, path)  # replaces a symlink at path, never its target
+    except OSError as error:
+        if error.filename != str(tmp):
+            raise
+        # The temporary's name means nothing to the user; the file it was to become does.
+        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # a folder that refused the write may refuse this too
+            tmp.unlink(missing_ok=True)
 
 
 def inside(out_dir: Path, folder: Path) -> bool:
@@ -2631,10 +2637,10 @@ def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecord
 
 
 def forget_empty_attempt(cfg: Config, out_dir: Path, shard: Shard, made: list[Path]) -> None:
-    """After settings that cannot draw a sample, remove a journal that holds no record while no image of
-    the shard is on disk, and the empty folders a whole run made (made, deepest first): else the rerun
-    the error suggests, with other settings, would be refused as a different dataset although the folder
-    holds nothing of it."""
+    """After settings that cannot draw a sample (or a folder that takes no image), remove a journal that
+    holds no record while no image of the shard is on disk, and the empty folders a whole run made (made,
+    deepest first): else the rerun the error suggests, with other settings, would be refused as a different
+    dataset although the folder holds nothing of it."""
     path = journal_path(out_dir, shard)
     with open_regular(path) as lines:
         records = sum(1 for line in lines if line.strip()) - 1  # the first line is the config
@@ -2700,8 +2706,9 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
             known.add(path)
         try:
             drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
-        except PlacementError:
-            forget_empty_attempt(cfg, out_dir, shard, made_inside)
+        except (PlacementError, OSError):  # settings that draw nothing, or a folder that takes no image
+            with contextlib.suppress(OSError):
+                forget_empty_attempt(cfg, out_dir, shard, made_inside)
             raise
 
         def records() -> Iterator[dict]:

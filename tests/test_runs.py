@@ -1,5 +1,6 @@
 """Runs that span machines or survive interruption: shards, merge, resume, refusals, signals."""
 
+import errno
 import fcntl
 import gc
 import json
@@ -662,6 +663,18 @@ def test_settings_that_draw_nothing_leave_nothing_that_refuses_the_suggested_fix
     assert sorted(os.listdir(tmp_path)) == []  # no journal, no empty images folder
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
     assert creation.generate_dataset(creation.Config(n=4, seed=3, min_curl_px=20), tmp_path, workers=1, quiet=True) == 4
+
+
+def test_a_folder_that_takes_no_image_names_the_image_and_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
+    def refused(image, target):
+        raise PermissionError(errno.EACCES, "Permission denied", str(target))
+
+    monkeypatch.setattr(creation, "save_png", refused)
+    out = tmp_path / "made"
+    assert creation.main([*FLAGS, "--out", str(out), "--workers", "1"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"creation.py: error: {out / creation.image_name(0, N)}: Permission denied"]
+    assert list(tmp_path.iterdir()) == []  # no journal, no images folder, not even the --out folder it made
 
 
 def test_a_failing_shard_leaves_the_shared_images_folder_and_an_unrecorded_image_keeps_the_journal(tmp_path,
