@@ -73,6 +73,7 @@ QUESTION = (
     "report the count as a positive integer."
 )
 
+WORKERS_PER_CORE = 4  # beyond the cores, workers only share them, each holding its memory: 100000 is a typo
 JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
 MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per index in memory
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
@@ -1800,8 +1801,9 @@ def check_output_folder(out_dir: Path) -> None:
             if not folder.is_dir():
                 where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
                 raise BadOutput(f"--out {out_dir} {where}, not a folder")
-            if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):
-                raise BadOutput(f"--out {out_dir} is not writable by this user: choose another folder")
+            if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):  # Windows says yes to any folder
+                raise BadOutput(f"--out {out_dir} is not writable (its permissions, or a read-only file system): "
+                                "choose another folder")
             break
     # Its annotations.jsonl describes the export's own image files: a dataset written there would leave
     # them describing nothing, whatever --overwrite says.
@@ -1861,13 +1863,14 @@ def write_atomic(path: Path, write) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         tmp.unlink(missing_ok=True)  # a symlink left at this name is not written through
-        write(tmp)
+        try:
+            write(tmp)
+        except OSError as error:
+            if error.filename != str(tmp):
+                raise
+            # A folder that refuses the write: the temporary's name means nothing to the user, the file's does.
+            raise OSError(error.errno, error.strerror, str(path)) from None
         os.replace(tmp, path)  # replaces a symlink at path, never its target
-    except OSError as error:
-        if error.filename != str(tmp):
-            raise
-        # The temporary's name means nothing to the user; the file it was to become does.
-        raise OSError(error.errno, error.strerror, str(path)) from None
     finally:
         with contextlib.suppress(OSError):  # a folder that refused the write may refuse this too
             tmp.unlink(missing_ok=True)
@@ -2879,8 +2882,8 @@ def build_parser() -> OneLineParser:
     run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
                      help="output folder (default: the folder holding creation.py)")
     run.add_argument("--workers", type=int, default=usable_cores(),
-                     help="worker processes; 1 runs without a pool (default, and most: every core this process "
-                          "may use, as more would only share them)")
+                     help=f"worker processes, at most {WORKERS_PER_CORE} per core this process may use; 1 runs "
+                          "without a pool (default: one per such core)")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no closing summary; errors still print")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")
@@ -2962,7 +2965,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(error))
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
-    workers = min(args.workers, usable_cores())  # each extra process would cost its memory and start-up for nothing
+    most_workers = WORKERS_PER_CORE * usable_cores()
+    if args.workers > most_workers:
+        parser.error(f"--workers must be at most {most_workers} ({WORKERS_PER_CORE} per core this process may use: "
+                     f"more only share the cores, each holding about 150 MiB), got {args.workers}")
     if args.merge and args.shard:
         parser.error("--merge combines finished shards; run it without --shard")
     if args.shard and args.shard.m > cfg.n:
@@ -2984,13 +2990,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.merge:
             count = cfg.n
-            merged = merge_shards(cfg, args.out, workers, args.quiet, args.scenes, args.overwrite)
+            merged = merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.overwrite)
             done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
                     else "the dataset was merged already; nothing left to do")
         else:
             shard = args.shard or WHOLE_RUN
             count = len(shard.indices(cfg.n))
-            drawn = generate_dataset(cfg, args.out, workers, args.quiet, shard, args.overwrite, args.overlays,
+            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
                                      args.scenes)
             files = f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name
             done = (f"wrote {count} images and {files}" if drawn == count
@@ -3025,6 +3031,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0
+
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -617,10 +617,13 @@ def test_a_pool_starts_no_more_workers_than_there_are_images(tmp_path, monkeypat
     assert pool_sizes == [3, 3]
 
 
-def test_a_pool_starts_no_more_workers_than_there_are_cores(tmp_path, monkeypatch, pool_sizes):
+def test_more_than_four_workers_per_core_is_bad_input_in_one_line(tmp_path, monkeypatch, pool_sizes, capsys):
     monkeypatch.setattr(creation, "usable_cores", lambda: 2)
-    assert creation.main(["--n", "4", "--seed", "3", "--quiet", "--out", str(tmp_path), "--workers", "100000"]) == 0
-    assert pool_sizes == [2]
+    with pytest.raises(SystemExit) as stop:
+        creation.main(["--n", "4", "--seed", "3", "--quiet", "--out", str(tmp_path / "out"), "--workers", "9"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and "--workers must be at most 8 (4 per core" in err[0], err
+    assert pool_sizes == [] and list(tmp_path.iterdir()) == []
 
 
 def test_workers_are_forked_whatever_the_default_start_method(tmp_path):
@@ -665,13 +668,16 @@ def test_settings_that_draw_nothing_leave_nothing_that_refuses_the_suggested_fix
     assert creation.generate_dataset(creation.Config(n=4, seed=3, min_curl_px=20), tmp_path, workers=1, quiet=True) == 4
 
 
-def test_a_folder_that_takes_no_image_names_the_image_and_leaves_nothing_behind(tmp_path, monkeypatch, capsys):
-    def refused(image, target):
-        raise PermissionError(errno.EACCES, "Permission denied", str(target))
+def refused_write(image, target):
+    raise PermissionError(errno.EACCES, "Permission denied", str(target))
 
-    monkeypatch.setattr(creation, "save_png", refused)
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_folder_that_takes_no_image_names_the_image_and_leaves_nothing_behind(tmp_path, monkeypatch, capsys,
+                                                                                  workers):
+    monkeypatch.setattr(creation, "save_png", refused_write)  # forked workers inherit it
     out = tmp_path / "made"
-    assert creation.main([*FLAGS, "--out", str(out), "--workers", "1"]) == 1
+    assert creation.main([*FLAGS, "--out", str(out), "--workers", workers]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         f"creation.py: error: {out / creation.image_name(0, N)}: Permission denied"]
     assert list(tmp_path.iterdir()) == []  # no journal, no images folder, not even the --out folder it made
@@ -696,17 +702,27 @@ def test_a_failing_shard_leaves_the_shared_images_folder_and_an_unrecorded_image
     assert (tmp_path / "other" / ".progress.jsonl").exists()
 
 
-def test_a_failure_after_some_images_keeps_them_for_the_same_settings(tmp_path, monkeypatch):
+@pytest.mark.parametrize("failure", [creation.PlacementError, PermissionError])
+def test_a_failure_after_some_images_keeps_them_for_the_same_settings(tmp_path, monkeypatch, failure):
     def fails_at_two(cfg, index):
         if index == 2:
             raise creation.PlacementError("sample 2: ...")
         return cheap_sample(cfg, index)
 
-    monkeypatch.setattr(creation, "make_sample", fails_at_two)
+    save_png = creation.save_png
+    if failure is creation.PlacementError:
+        monkeypatch.setattr(creation, "make_sample", fails_at_two)
+    else:
+        def refuses_image_2(image, target):
+            (refused_write if "00002" in str(target) else save_png)(image, target)
+
+        monkeypatch.setattr(creation, "make_sample", cheap_sample)
+        monkeypatch.setattr(creation, "save_png", refuses_image_2)
     cfg = creation.Config(n=4, seed=3)
-    with pytest.raises(creation.PlacementError):
+    with pytest.raises(failure):
         creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert (tmp_path / ".progress.jsonl").exists() and len(os.listdir(tmp_path / "images")) == 2
+    monkeypatch.setattr(creation, "save_png", save_png)
     drawn = count_draws(monkeypatch)
     creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert drawn == [2, 3]
@@ -998,7 +1014,8 @@ def test_an_out_folder_this_user_cannot_write_is_bad_input_in_one_line(tmp_path,
     for extra in ([], ["--merge"]):
         assert creation.main([*FLAGS, "--out", str(out), *extra]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [
-            f"creation.py: error: --out {out} is not writable by this user: choose another folder"]
+            f"creation.py: error: --out {out} is not writable (its permissions, or a read-only file system): "
+        "choose another folder"]
     assert list(out.iterdir()) == []
 
 
