@@ -609,7 +609,7 @@ def pool_sizes(monkeypatch) -> list[int]:
 
 
 def test_a_pool_starts_no_more_workers_than_there_are_images(tmp_path, monkeypatch, pool_sizes):
-    monkeypatch.setattr(creation, "usable_cores", lambda: 16)  # so that only the images limit the pool
+    monkeypatch.setattr(creation, "usable_cores", lambda: 16)  # so that --workers 16 is allowed on any machine
     assert creation.main(["--n", "3", "--seed", "3", "--quiet", "--out", str(tmp_path / "a"), "--workers", "16"]) == 0
     shard = ["--n", "7", "--seed", "3", "--quiet", "--workers", "16", "--shard"]
     assert creation.main([*shard, "0/3", "--out", str(tmp_path / "b")]) == 0  # images 0, 3 and 6
