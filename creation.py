@@ -218,10 +218,10 @@ class Config:
                 raise unused_shape_flags(unused)
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, float) and not np.isfinite(value):
-                raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
-            if isinstance(value, float):  # -0.0 reads as 0 everywhere but in numpy's bounds and data.json
-                object.__setattr__(self, field.name, value + 0.0)
+            if isinstance(value, float):
+                if not np.isfinite(value):
+                    raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
+                object.__setattr__(self, field.name, value + 0.0)  # -0.0 reads as 0 but in numpy's bounds and data.json
         if self.n > MAX_SAMPLES:
             raise ValueError(f"--n must be at most {MAX_SAMPLES:,}, got {self.n:,}")
         if self.answers not in ANSWER_DISTRIBUTIONS:

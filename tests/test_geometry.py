@@ -85,6 +85,19 @@ def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
     assert "same_pair_separation" in creation.tangle_violations(loops, CFG)
 
 
+def crossings_of(points, loops, arcs=None, angle_deg=90.0, perimeter=1000.0):
+    """Crossings at the given points and angle, of the loops (a, b) per row, at arc positions (on a, on b)."""
+    count, loops = len(points), np.array(loops)
+    arcs = np.zeros((count, 2)) if arcs is None else np.array(arcs, dtype=float)
+    return creation.Crossings(np.array(points, dtype=float), np.full(count, angle_deg), loops[:, 0], loops[:, 1],
+                              arcs[:, 0], arcs[:, 1], np.zeros(count), np.full(count, perimeter))
+
+
+def crossings_at(*points):
+    """Steep crossings at the given points, each of its own pair of loops."""
+    return crossings_of(points, [(i, i + len(points)) for i in range(len(points))])
+
+
 @pytest.mark.parametrize("arcs, eye", [
     ([(100, 600), (180, 520)], True),  # two strands crossing twice 80 px apart: an eye between them
     ([(100, 600), (520, 180)], True),  # the same, its positions listed the other way round
@@ -134,19 +147,6 @@ def test_three_strands_through_nearly_one_point_are_rejected():
     loops = [circle(512 + 200 * np.cos(a), 512 + 200 * np.sin(a), 200)
              for a in (0.0, 2 * np.pi / 3 + 0.01, 4 * np.pi / 3)]
     assert "crossing_separation" in creation.tangle_violations(loops, CFG)
-
-
-def crossings_of(points, loops, arcs=None, angle_deg=90.0, perimeter=1000.0):
-    """Crossings at the given points and angle, of the loops (a, b) per row, at arc positions (on a, on b)."""
-    count, loops = len(points), np.array(loops)
-    arcs = np.zeros((count, 2)) if arcs is None else np.array(arcs, dtype=float)
-    return creation.Crossings(np.array(points, dtype=float), np.full(count, angle_deg), loops[:, 0], loops[:, 1],
-                              arcs[:, 0], arcs[:, 1], np.zeros(count), np.full(count, perimeter))
-
-
-def crossings_at(*points):
-    """Steep crossings at the given points, each of its own pair of loops."""
-    return crossings_of(points, [(i, i + len(points)) for i in range(len(points))])
 
 
 @pytest.mark.parametrize("old, new, clustered", [

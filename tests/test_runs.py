@@ -1015,7 +1015,7 @@ def test_an_out_folder_this_user_cannot_write_is_bad_input_in_one_line(tmp_path,
         assert creation.main([*FLAGS, "--out", str(out), *extra]) == 2
         assert capsys.readouterr().err.strip().splitlines() == [
             f"creation.py: error: --out {out} is not writable (its permissions, or a read-only file system): "
-        "choose another folder"]
+            "choose another folder"]
     assert list(out.iterdir()) == []
 
 
