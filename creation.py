@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.6.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.7.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -82,7 +82,6 @@ MAX_POINTS_PER_LOOP = 20_000
 MAX_LOOPS = 100  # far past what a person can count in one image; a sample's work grows with the square of N
 MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
-BEND_WINDOW_PX = 10.0  # arc either side of a crossing over which a strand's bend is held against it
 LENS_ARC_RATIO = 1.5  # an eye's sides are nearly straight (under 1.1 x their chord); a curl's lobe is far longer
 GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
 
@@ -132,6 +131,16 @@ SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
 # Below ~2.4 the tip is sharper than 8 px.
 CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
+# Nested curls: a second curl on a curl's lobe leaves that lobe no branch of its own, so a
+# curl count misses it while it still turns a full turn, like a loop. Each pair of an image's
+# curls is nested with one per-image probability drawn from this range, so how many are
+# hidden this way varies widely from image to image (creation.md, "Nested curls").
+NESTED_CURL_SHARE = (0.0, 1.0)
+NESTED_CURL_ROOM = 0.7  # room a nested curl takes on its loop, in ring curls (it needs no gap of its own)
+INNER_CURL_ARC_GAPS = 3.0  # arc a nested curl adds, in waypoint gaps
+# A nested curl's trochoid ratio: at the ring curls' 3.5-5.5 it crosses at about 33 degrees, below 3 its
+# tip bends too tightly on small loops.
+INNER_CURL_DEPTH = (3.0, 3.5)
 
 
 # ---------------------------------------------------------------------------
@@ -190,9 +199,11 @@ class Config:
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
                                       "px: three closer together read as one blot", "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
-    max_crossing_bend: float = knob(0.5, f"most a strand may turn within {BEND_WINDOW_PX:g} px of arc of a crossing, "
-                                    "as a share of the crossing angle, unless it keeps the curvature it has either side",
+    max_crossing_bend: float = knob(0.5, "most a strand may turn within --bend-window of a crossing, as a share "
+                                    "of the crossing angle, unless it keeps the curvature it has either side",
                                     "traceability rules")
+    bend_window: float = knob(10.0, "arc either side of a crossing over which --max-crossing-bend is held, px",
+                              "traceability rules")
     min_curl_px: float = knob(60.0, "least reach of the small lobe a loop makes where it crosses itself, from "
                               "that crossing, px", "traceability rules")
     loop_attempts: int = knob(400, "redraws of one loop before the sample restarts", "traceability rules")
@@ -240,7 +251,7 @@ class Config:
         for name in ("interior_margin", "angle_jitter", "radius_jitter", "min_gap",
                      "min_crossing_separation", "min_same_pair_separation", "crossing_cluster_px",
                      "min_curvature_radius", "min_curl_px", "parallel_gap", "max_parallel_run",
-                     "max_crossing_bend"):
+                     "max_crossing_bend", "bend_window"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{flag(name)} must be non-negative, got {getattr(self, name)}")
         for name in ("min_radius", "stroke_width"):
@@ -387,7 +398,8 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
 # splits it among the loops. It weakens the link between total turning and N
 # by adding curls (small loop-de-loops: self-crossings that turn once more),
 # some for each loop short of max_loops and many more at random, so that
-# neither the turning nor the number of curls tracks N closely.
+# neither the turning nor the number of curls tracks N closely; some curls sit
+# on another curl's lobe, which a count of curls then misses.
 # It caps the crossings between loops so that, with the curls' crossings, the
 # count does not grow with N. And one waypoint spacing is shared by all loops
 # of an image, so a big loop wiggles like a small one instead of being flatter.
@@ -400,8 +412,9 @@ class LoopShape:
     perimeter: float  # px, met exactly by scaling
     waypoints: int  # ring waypoints before curls
     wiggle: float  # radial waypoint jitter, fraction of the waypoint spacing
-    curls: int  # self-crossing curls, each in its own waypoint gap with a free gap either side
+    curls: int  # self-crossing curls on the ring, each in its own waypoint gap with a free gap either side
     crossing_cap: float  # most crossings between different loops once this loop is placed
+    nested: int = 0  # of those curls, how many carry a second curl on their lobe
 
 
 def budget_scale(cfg: Config) -> float:
@@ -424,15 +437,33 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
     spacing = min(scale * rng.uniform(*BALANCED_SPACING_PX), total / (footprint * (num_curls + num_loops)))
     wiggle = rng.uniform(*BALANCED_WIGGLE)
     perimeters = -np.sort(-perimeter_shares(total, num_loops, scale, rng))
-    capacity = np.floor(perimeters / spacing / footprint).astype(int)
+    room = perimeters / spacing / footprint  # (N,) curls each loop has room for
+    nested_total = rng.binomial(num_curls // 2, rng.uniform(*NESTED_CURL_SHARE))
     curls = np.zeros(num_loops, dtype=int)
-    for _ in range(num_curls):  # one at a time, so full loops drop out and density stays even
-        weights = np.where(curls < capacity, perimeters, 0.0)
+    for _ in range(num_curls - nested_total):  # one at a time, so full loops drop out and density stays even
+        weights = np.where(curls < np.floor(room), perimeters, 0.0)
         curls[rng.choice(num_loops, p=weights / weights.sum())] += 1
-    waypoints = np.maximum(np.rint(perimeters / spacing - CURL_ARC_GAPS * curls), cfg.min_waypoints)
+    nested = np.zeros(num_loops, dtype=int)
+    ring_gaps = perimeters / spacing - CURL_ARC_GAPS * curls  # (N,) what is left for the ring itself
+    for _ in range(nested_total):  # on the curls of loops with room left, else on the ring if it has room
+        fits = ((curls + NESTED_CURL_ROOM * (nested + 1) <= room)
+                & (ring_gaps - INNER_CURL_ARC_GAPS * (nested + 1) >= cfg.min_waypoints))
+        weights = np.where(fits, curls - nested, 0).astype(float)
+        if weights.any():
+            nested[rng.choice(num_loops, p=weights / weights.sum())] += 1
+            continue
+        weights = np.where((curls + NESTED_CURL_ROOM * nested + 1 <= room)
+                           & (ring_gaps - CURL_ARC_GAPS - INNER_CURL_ARC_GAPS * nested >= cfg.min_waypoints),
+                           perimeters, 0.0)
+        if not weights.any():
+            break  # too little ink for this curl anywhere
+        chosen = rng.choice(num_loops, p=weights / weights.sum())
+        curls[chosen] += 1
+        ring_gaps[chosen] -= CURL_ARC_GAPS
+    waypoints = np.maximum(np.rint(ring_gaps - INNER_CURL_ARC_GAPS * nested), cfg.min_waypoints)
     caps = crossing_caps(cfg, rng, total / (scale * BALANCED_REFERENCE_SIDE_PX), perimeters)
-    return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap))
-                 for p, k, c, cap in zip(perimeters, waypoints, curls, caps))
+    return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap), int(m))
+                 for p, k, c, cap, m in zip(perimeters, waypoints, curls, caps, nested))
 
 
 def crossing_caps(cfg: Config, rng: np.random.Generator, relative_length: float,
@@ -508,10 +539,18 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     depth = rng.uniform(*CURL_DEPTH, shape.curls)
     if shape.curls == 0:  # many loops carry none, and splicing nothing in costs as much as splicing some
         return ring
+    curls = curl_waypoints(ring[gaps], ring[(gaps + 1) % count], side, depth)  # (C, 5, 2)
     # Each ring point is followed by its gap's curl, or by NaN rows that are then dropped.
-    path = np.full((count, 6, 2), np.nan)
+    path = np.full((count, 10, 2), np.nan)
     path[:, 0] = ring
-    path[gaps, 1:] = curl_waypoints(ring[gaps], ring[(gaps + 1) % count], side, depth)
+    path[gaps, 1:6] = curls
+    if shape.nested:
+        # A nested curl takes the place of its lobe's apex, between the lobe's points either side
+        # of it, and hangs outwards, away from the lobe.
+        which = rng.choice(shape.curls, shape.nested, replace=False)
+        depth = rng.uniform(*INNER_CURL_DEPTH, shape.nested)
+        path[gaps[which], 3:8] = curl_waypoints(curls[which, 1], curls[which, 3], -side[which], depth)
+        path[gaps[which], 8:10] = curls[which, 3:5]
     path = path.reshape(-1, 2)
     return path[~np.isnan(path[:, 0])]
 
@@ -599,11 +638,11 @@ class Segments:
         return len(self.loop)
 
 
-def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray) -> np.ndarray:
+def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray, window_px: float) -> np.ndarray:
     """How sharply one loop bends at each of its segments, as the crossing rules see it, degrees.  (P,)
 
     step is each segment's end minus its start, lengths its length and arc its
-    midpoint's arc position. The bend is the turn over BEND_WINDOW_PX either
+    midpoint's arc position. The bend is the turn over window_px either
     side of the midpoint, but no more than twice the part of it beyond the mean
     turn of the two arcs of twice that length flanking it: the eye follows a
     strand that keeps its curvature (a curl's lobe) through a crossing, and is
@@ -620,20 +659,20 @@ def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray) -> n
     # The closed loop repeats one perimeter either side, adding its whole turn, so arcs past its seam need no modulo.
     vertex_around = np.concatenate([vertex - perimeter, vertex, vertex + perimeter])
     turned_around = np.concatenate([turned - total, turned, turned + total])
-    edges = np.array([-3, -1, 1, 3])[:, None] * BEND_WINDOW_PX + arc  # (4, P): where the flanks and the window end
+    edges = np.array([-3, -1, 1, 3])[:, None] * window_px + arc  # (4, P): where the flanks and the window end
     so_far = turned_around.take(np.searchsorted(vertex_around, edges, side="right") - 1)
     before, centre, after = np.diff(so_far, axis=0)
     return np.degrees(np.minimum(np.abs(centre), 2 * np.abs(centre - 0.5 * (before + after))))
 
 
-def loop_segments(points: np.ndarray, loop_id: int) -> Segments:
+def loop_segments(points: np.ndarray, loop_id: int, bend_window_px: float) -> Segments:
     end = next_points(points)
     step = end - points
     lengths = np.hypot(step[:, 0], step[:, 1])
     arc = np.cumsum(lengths) - 0.5 * lengths
     count = len(points)
     return Segments(points, end, np.full(count, loop_id), np.arange(count), arc,
-                    np.full(count, lengths.sum()), strand_bend_deg(step, lengths, arc))
+                    np.full(count, lengths.sum()), strand_bend_deg(step, lengths, arc, bend_window_px))
 
 
 def concat_segments(parts: list[Segments]) -> Segments:
@@ -1066,7 +1105,7 @@ def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Cro
     """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
     from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
 
-    segs = concat_segments([loop_segments(p, i) for i, p in enumerate(loops)])
+    segs = concat_segments([loop_segments(p, i, cfg.bend_window) for i, p in enumerate(loops)])
     tree, longest = cKDTree(segs.mid), longest_segment(segs)
 
     def pairs_within(radius: float) -> np.ndarray:
@@ -1103,7 +1142,7 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
     faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
     for loop_id, points in enumerate(loops):
         mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
-        if len(mine) and lobe_reach_px(loop_segments(points, loop_id), crossings.take(mine)).min() < cfg.min_curl_px:
+        if len(mine) and lobe_reach_px(loop_segments(points, loop_id, cfg.bend_window), crossings.take(mine)).min() < cfg.min_curl_px:
             faults.append("curl_size")
             break
     if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
@@ -1174,7 +1213,7 @@ class Tangle:
 
     @staticmethod
     def empty(cfg: Config) -> Tangle:
-        segs = concat_segments([loop_segments(np.zeros((0, 2)), 0)])
+        segs = concat_segments([loop_segments(np.zeros((0, 2)), 0, cfg.bend_window)])
         return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0, np.zeros(0, dtype=np.int64))
 
     def crossing_room(self, shape: LoopShape) -> float:
@@ -1206,7 +1245,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     """
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
 
-    new = loop_segments(points, len(tangle.loops))
+    new = loop_segments(points, len(tangle.loops), cfg.bend_window)
     longest = max(tangle.longest, longest_segment(new))
     if screened is None:
         between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
@@ -1392,7 +1431,7 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
     room = tangle.crossing_room(shape)
     # Moving a loop changes its bends by rounding at most; try_add_loop measures them again where it lands.
-    bend_deg = loop_segments(placed, 0).bend_deg
+    bend_deg = loop_segments(placed, 0, cfg.bend_window).bend_deg
     batches = []
     for start, stop in itertools.pairwise(SCREEN_BATCH_ENDS):
         tries = translated_copies(placed, offsets[start:stop])

@@ -225,7 +225,7 @@ def brute_longest_runs(counts, lengths, marks):
 def test_longest_runs_match_a_brute_force_count_on_loops_of_different_lengths(data):
     counts = data.draw(st.lists(st.integers(3, 12), min_size=1, max_size=4))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
-    segs = creation.concat_segments([creation.loop_segments(rng.uniform(0, 100, (n, 2)), k)
+    segs = creation.concat_segments([creation.loop_segments(rng.uniform(0, 100, (n, 2)), k, CFG.bend_window)
                                      for k, n in enumerate(counts)])
     lengths = [np.hypot(*(creation.next_points(p) - p).T)
                for p in np.split(segs.start, np.cumsum(counts)[:-1])]
@@ -294,11 +294,11 @@ def test_a_crossing_on_a_sharp_corner_is_rejected_and_one_beside_it_is_not():
                          ids=["square", "limacon", "figure_eight"])
 @pytest.mark.parametrize("start", [0, 1, 137])
 def test_a_strand_bends_alike_wherever_its_loop_starts_and_whichever_way_it_runs(loop, start):
-    bend = creation.loop_segments(loop, 0).bend_deg
-    moved = creation.loop_segments(np.roll(loop, start, axis=0), 0).bend_deg
+    bend = creation.loop_segments(loop, 0, CFG.bend_window).bend_deg
+    moved = creation.loop_segments(np.roll(loop, start, axis=0), 0, CFG.bend_window).bend_deg
     np.testing.assert_allclose(moved, np.roll(bend, start), atol=1e-9)
     # Reversed, segment k runs along the old segment P - 2 - k.
-    reversed_bend = creation.loop_segments(loop[::-1], 0).bend_deg
+    reversed_bend = creation.loop_segments(loop[::-1], 0, CFG.bend_window).bend_deg
     np.testing.assert_allclose(reversed_bend[(len(loop) - 2 - np.arange(len(loop))) % len(loop)], bend, atol=1e-9)
 
 
@@ -421,7 +421,7 @@ def test_sample_streams_do_not_alias_across_seed_and_index():
 
 @pytest.mark.parametrize("impossible, rule, knob", [
     ({"min_crossing_angle": 89}, "crossing_angle", "--min-crossing-angle"),
-    ({"min_gap": 120}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
+    ({"min_gap": 60}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
     # At the waypoint limit: passes the config checks, never draws a loop.
     ({"min_waypoints": 100, "max_waypoints": 100, "original_shapes": True}, "curvature", "--max-waypoints"),
 ])
