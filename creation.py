@@ -132,7 +132,7 @@ SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
 CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 # Nested curls: a second curl on a curl's lobe leaves that lobe no branch of its own, so a
-# curl count misses it while it still turns a full turn, like a loop. Each pair of an image's
+# curl count misses it while it still turns most of a turn, as a loop does. Each pair of an image's
 # curls is nested with one per-image probability drawn from this range, so how many are
 # hidden this way varies widely from image to image (creation.md, "Nested curls").
 NESTED_CURL_SHARE = (0.0, 1.0)
@@ -1142,7 +1142,9 @@ def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
     faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
     for loop_id, points in enumerate(loops):
         mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
-        if len(mine) and lobe_reach_px(loop_segments(points, loop_id, cfg.bend_window), crossings.take(mine)).min() < cfg.min_curl_px:
+        if not len(mine):
+            continue
+        if lobe_reach_px(loop_segments(points, loop_id, cfg.bend_window), crossings.take(mine)).min() < cfg.min_curl_px:
             faults.append("curl_size")
             break
     if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
