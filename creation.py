@@ -59,7 +59,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.7.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "2.8.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -132,10 +132,13 @@ SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
 CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 # Nested curls: a second curl on a curl's lobe leaves that lobe no branch of its own, so a
-# curl count misses it while it still turns most of a turn, as a loop does. Each pair of an image's
-# curls is nested with one per-image probability drawn from this range, so how many are
-# hidden this way varies widely from image to image (creation.md, "Nested curls").
+# curl count misses it while it still turns most of a turn, as a loop does. Each pair of the curls
+# left after those for the missing loops (below) is nested with one per-image probability drawn from
+# this range, so how many are hidden varies widely from image to image (creation.md, "Nested curls").
 NESTED_CURL_SHARE = (0.0, 1.0)
+# Nested curls per loop short of max_loops, drawn before that share: a hidden curl's turn stands in for
+# a missing loop's, which a model reading N as the turning less the curls visible would otherwise see.
+NESTED_CURLS_PER_MISSING_LOOP = 0.6
 NESTED_CURL_ROOM = 0.7  # room a nested curl takes on its loop, in ring curls (it needs no gap of its own)
 INNER_CURL_ARC_GAPS = 3.0  # arc a nested curl adds, in waypoint gaps
 # A nested curl's trochoid ratio: at the ring curls' 3.5-5.5 it crosses at about 33 degrees, below 3 its
@@ -438,7 +441,10 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
     wiggle = rng.uniform(*BALANCED_WIGGLE)
     perimeters = -np.sort(-perimeter_shares(total, num_loops, scale, rng))
     room = perimeters / spacing / footprint  # (N,) curls each loop has room for
-    nested_total = rng.binomial(num_curls // 2, rng.uniform(*NESTED_CURL_SHARE))
+    # Nested curls for the missing loops, then a per-image share of the pairs left; each sits on a ring curl.
+    for_missing = rng.binomial(cfg.max_loops - num_loops, NESTED_CURLS_PER_MISSING_LOOP)
+    by_share = rng.binomial(max(num_curls - for_missing, 0) // 2, rng.uniform(*NESTED_CURL_SHARE))
+    nested_total = min(num_curls // 2, for_missing + by_share)
     curls = np.zeros(num_loops, dtype=int)
     for _ in range(num_curls - nested_total):  # one at a time, so full loops drop out and density stays even
         weights = np.where(curls < np.floor(room), perimeters, 0.0)

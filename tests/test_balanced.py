@@ -85,6 +85,20 @@ def test_budgets_do_not_depend_on_n(num_loops):
         assert all(2 * s.curls <= s.waypoints for s in shapes)
 
 
+def test_missing_loops_bring_nested_curls_of_their_own(monkeypatch):
+    """With the per-image share at zero, only the nested curls that stand in for missing loops are left:
+    none at max_loops, more the fewer the loops (0.6 per missing loop, less where the curls leave no room)."""
+    monkeypatch.setattr(creation, "NESTED_CURL_SHARE", (0.0, 0.0))
+    means = {}
+    for num_loops in (5, 8, 11):
+        rng = np.random.default_rng(num_loops)
+        means[num_loops] = np.mean([sum(s.nested for s in creation.balanced_shapes(Config(), rng, num_loops))
+                                    for _ in range(200)])
+    assert means[11] == 0
+    assert 2.0 <= means[5] <= creation.NESTED_CURLS_PER_MISSING_LOOP * 6
+    assert means[11] < means[8] < means[5]
+
+
 def test_a_balanced_loop_has_exactly_its_perimeter():
     rng = np.random.default_rng(0)
     shape = creation.LoopShape(perimeter=1500.0, waypoints=12, wiggle=0.4, curls=2, crossing_cap=10.0)
