@@ -235,6 +235,23 @@ def test_a_signal_to_the_parent_exits_with_one_line_and_resumes(long_reference, 
     assert listing(tmp_path) == listing(long_reference)
 
 
+def test_ctrl_c_while_the_libraries_load_exits_with_one_line(tmp_path):
+    """Ctrl-C before main has set its handler, here the moment numpy starts loading, prints no traceback."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "class InterruptOnNumpy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'numpy':\n"
+        "            sys.meta_path.remove(self)\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "sys.meta_path.insert(0, InterruptOnNumpy())\n")
+    result = subprocess.run([sys.executable, str(ROOT / "creation.py"), "--n", "2", "--out", str(tmp_path / "out")],
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                            timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert (result.returncode, result.stderr.splitlines()) == (130, ["creation.py: interrupted"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_stop_signal_whose_exception_is_lost_still_stops_the_run(tmp_path, monkeypatch):
     """Python prints and ignores an exception raised while a finalizer runs: the run must stop all the same."""
     cfg = creation.Config(n=3, seed=3)
