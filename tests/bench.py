@@ -21,8 +21,8 @@ rows' ranges also hold how much seeds differ. Rows:
   per-stage medians of the default mode (sampling, split into drawing
       candidate loops, screening their positions and validating them; rendering; encoding; hashing; writing), with
       context timed apart (the noisy canvas, the strokes, the same image saved
-      with Pillow's PNG defaults and as RGB at zlib 6) and the pipeline over
-      the encode;
+      with Pillow's PNG defaults and as RGB at zlib 6), the pipeline over
+      the encode, and mean sampling time by loop count with the slowest sample;
   bytes per image of each program's PNGs;
   2 workers against 1 over --long-run images (whole processes);
   peak resident memory of a one-worker run at two --n values (flat in n).
@@ -155,7 +155,8 @@ def stage_times(cfg, indices) -> dict:
     + screen + validate + a little bookkeeping).
     """
     stages = {name: [] for name in ("sample", "draw", "screen", "validate", "render", "encode", "hash", "write",
-                                    "total", "canvas_noise", "strokes", "png_default", "rgb_zlib6")}
+                                    "total", "canvas_noise", "strokes", "png_default", "rgb_zlib6", "loops",
+                                    "redraws")}
     with tempfile.TemporaryDirectory() as tmp:
         for index in indices:
             draw, screen, validate = Stopwatch("draw_loop"), Stopwatch("screen_placements"), Stopwatch("try_add_loop")
@@ -163,7 +164,7 @@ def stage_times(cfg, indices) -> dict:
             clock = time.perf_counter()
             rng = creation.sample_rng(cfg, index)
             try:
-                tangle, _ = creation.sample_tangle(cfg, rng, creation.loop_count(cfg, index, rng), index)
+                tangle, redraws = creation.sample_tangle(cfg, rng, creation.loop_count(cfg, index, rng), index)
             finally:
                 creation.draw_loop, creation.screen_placements, creation.try_add_loop = (
                     draw.original, screen.original, validate.original)
@@ -181,7 +182,8 @@ def stage_times(cfg, indices) -> dict:
                                   ("screen", screen.seconds), ("validate", validate.seconds),
                                   ("render", after_render - after_sample),
                                   ("encode", after_encode - after_render), ("hash", after_hash - after_encode),
-                                  ("write", done - after_hash), ("total", done - clock)):
+                                  ("write", done - after_hash), ("total", done - clock),
+                                  ("loops", len(tangle.loops)), ("redraws", redraws.total() - redraws["restart"])):
                 stages[name].append(seconds)
             # Context only, outside the total: two parts of rendering alone (the noisy bare
             # canvas, which any image of this task needs, and the antialiased strokes), and the
@@ -283,6 +285,7 @@ def print_stages(cfg: creation.Config, count: int) -> None:
               "strokes": "(of render: the antialiased strokes alone, timed apart, not part of total)",
               "png_default": "(the same image saved with Pillow's default PNG settings, not part of total)",
               "rgb_zlib6": "(the same image as RGB at zlib level 6, not part of total)"}
+    loops, redraws = stages.pop("loops"), stages.pop("redraws")
     medians = {name: statistics.median(seconds) for name, seconds in stages.items()}
     print(f"per stage, default mode, median seconds per image over {count} images:")
     for name, seconds in medians.items():
@@ -293,6 +296,13 @@ def print_stages(cfg: creation.Config, count: int) -> None:
     floor = [(e + c + h) / e for e, c, h in zip(stages["encode"], stages["canvas_noise"], stages["hash"])]
     print(f"  pipeline / encode: median {statistics.median(ratios):.2f}x; with no loops at all, encode + canvas "
           f"noise + pixel hash: {statistics.median(floor):.2f}x the encode")
+    # A run's time is set by its slowest samples, mostly five-loop ones: the mean by N and the worst show them.
+    by_count = {n: [t for t, m in zip(stages["sample"], loops) if m == n] for n in sorted(set(loops))}
+    print("  sampling by loop count, mean ms: " + ", ".join(
+        f"N = {n}: {1000 * statistics.mean(times):.0f}" for n, times in by_count.items()))
+    slowest = max(range(count), key=lambda i: stages["sample"][i])
+    print(f"  slowest sample: index {slowest} (N = {loops[slowest]}), {stages['sample'][slowest]:.2f} s, "
+          f"{redraws[slowest]} loop redraws; mean sampling {statistics.mean(stages['sample']):.4f} s per image")
 
 
 def print_scaling(n: int, repeats: int) -> None:

@@ -15,5 +15,5 @@ def test_quick_bench_prints_every_row():
                          capture_output=True, text=True, check=True).stdout
     for row in ("whole processes", "creation's lead (creation images/s", "by round (round r runs --seed r)", "in process", "tests/plain.py make_image",
                 "issue 14, default / --original-shapes", "start-up", "python creation.py --help",
-                "per stage", "encode", "hash", "KB/image", "with 2:", "peak RSS of one worker"):
+                "per stage", "encode", "hash", "sampling by loop count", "slowest sample", "KB/image", "with 2:", "peak RSS of one worker"):
         assert row in out, f"no {row!r} row in:\n{out}"
