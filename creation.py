@@ -197,8 +197,9 @@ class Config:
                           "least the stroke width plus 3; at most an eighth of --size (of 1024 if smaller)",
                           "traceability rules")
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
-                               "side, px; at most an eighth of --size (of 1024 if smaller); 0 turns this rule "
-                               "off, and with it the wide lens (then --min-gap wide)", "traceability rules")
+                               "side, px; above --min-gap and at most an eighth of --size (of 1024 if smaller); "
+                               "0 turns this rule off, and with it the wide lens (then --min-gap wide)",
+                               "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
                                    "away from their crossings, px", "traceability rules")
     min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
@@ -277,6 +278,13 @@ class Config:
                 raise ValueError(f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of "
                                  f"1024 on smaller canvases): strands kept that far apart leave no room for a "
                                  f"tangle; got {getattr(self, name)!r}")
+        # Away from crossings no strands come nearer than min_gap, so a parallel gap at or under it checks
+        # nothing. Refused only when chosen: a wider --min-gap alone simply outdoes the default.
+        if 0 < self.parallel_gap <= self.min_gap and self.parallel_gap != Config.__dataclass_fields__[
+                "parallel_gap"].default:
+            raise ValueError(f"--parallel-gap {self.parallel_gap:g} is not above --min-gap {self.min_gap:g}: away "
+                             "from a crossing no two strands come that close, so the rule would check nothing; "
+                             "raise it above --min-gap, or pass 0 to turn it off")
         # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
         ink_reach = self.stroke_width / 2 + 0.5
         clear_paper = self.min_gap - 2 * ink_reach

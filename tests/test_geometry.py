@@ -360,11 +360,19 @@ def test_loop_leaving_the_margin_is_reported():
     ({"parallel_gap": 1e308}, "--parallel-gap must be at most"),
     ({"parallel_gap": 300, "size": 2048}, r"--parallel-gap must be at most 256 px"),
     ({"parallel_gap": 129, "size": 512}, r"--parallel-gap must be at most 128 px"),
+    ({"parallel_gap": 9.0}, r"--parallel-gap 9 is not above --min-gap 9"),  # a rule that would check nothing
+    ({"parallel_gap": 8.0, "min_gap": 12.0}, r"--parallel-gap 8 is not above --min-gap 12"),
     ({"min_waypoints": 11, "max_waypoints": 10, "original_shapes": True}, "--min-waypoints 11 exceeds"),
 ])
 def test_invalid_config_names_the_flag_and_value(changes, text):
     with pytest.raises(ValueError, match=text):
         Config(**changes)
+
+
+def test_a_wider_min_gap_alone_keeps_the_default_parallel_gap():
+    # The refusal above is for a parallel gap the user chose; one left at its default under a
+    # wider --min-gap is simply outdone by it.
+    Config(min_gap=20.0)
 
 
 def test_the_documented_least_gap_is_accepted_for_every_stroke_width():
