@@ -224,6 +224,7 @@ class Config:
     sample_restarts: int = knob(25, "restarts before a sample fails", "traceability rules")
 
     def __post_init__(self) -> None:
+        defaults = Config.__dataclass_fields__
         for name in ("n", "min_loops", "min_waypoints", "size", "loop_attempts", "sample_restarts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
@@ -237,7 +238,6 @@ class Config:
             if getattr(self, name) > limit:
                 raise ValueError(f"{flag(name)} must be at most {limit:,} ({why}), got {getattr(self, name):,}")
         if not self.original_shapes:
-            defaults = Config.__dataclass_fields__
             unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
             if unused:
                 raise unused_shape_flags(unused)
@@ -280,8 +280,7 @@ class Config:
                                  f"tangle; got {getattr(self, name)!r}")
         # Away from crossings no strands come nearer than min_gap, so a parallel gap at or under it checks
         # nothing. Refused only when chosen: a wider --min-gap alone simply outdoes the default.
-        if 0 < self.parallel_gap <= self.min_gap and self.parallel_gap != Config.__dataclass_fields__[
-                "parallel_gap"].default:
+        if 0 < self.parallel_gap <= self.min_gap and self.parallel_gap != defaults["parallel_gap"].default:
             raise ValueError(f"--parallel-gap {self.parallel_gap:g} is not above --min-gap {self.min_gap:g}: away "
                              "from a crossing no two strands come that close, so the rule would check nothing; "
                              "raise it above --min-gap, or pass 0 to turn it off")
