@@ -278,12 +278,10 @@ class Config:
                 raise ValueError(f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of "
                                  f"1024 on smaller canvases): strands kept that far apart leave no room for a "
                                  f"tangle; got {getattr(self, name)!r}")
-        # Away from crossings no strands come nearer than min_gap, so a parallel gap at or under it checks
-        # nothing. Refused only when chosen: a wider --min-gap alone simply outdoes the default.
-        if 0 < self.parallel_gap <= self.min_gap and self.parallel_gap != defaults["parallel_gap"].default:
-            raise ValueError(f"--parallel-gap {self.parallel_gap:g} is not above --min-gap {self.min_gap:g}: away "
-                             "from a crossing no two strands come that close, so the rule would check nothing; "
-                             "raise it above --min-gap, or pass 0 to turn it off")
+        # Refused only when chosen: a wider --min-gap alone simply outdoes the default (the CLI, which
+        # knows which flags were given, also refuses the default value named on the command line).
+        if self.parallel_gap != defaults["parallel_gap"].default and self.parallel_gap_checks_nothing:
+            raise idle_parallel_gap(self)
         # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
         ink_reach = self.stroke_width / 2 + 0.5
         clear_paper = self.min_gap - 2 * ink_reach
@@ -330,6 +328,11 @@ class Config:
                 f"{math.ceil(self.max_loops / loop_ratio_limit)}")
 
     @property
+    def parallel_gap_checks_nothing(self) -> bool:
+        """Away from crossings no strands come nearer than min_gap, so a parallel gap at or under it checks nothing."""
+        return 0 < self.parallel_gap <= self.min_gap
+
+    @property
     def self_arc_gap_px(self) -> float:
         """Arc length below which two points of one loop count as the same strand.
 
@@ -343,6 +346,13 @@ def unused_shape_flags(flags: list[str]) -> ValueError:
     """The refusal of original-shape flags in the budgeted mode, where they would be silently ignored."""
     return ValueError(f"{', '.join(flags)}: used only with --original-shapes; by default each loop's size "
                       "comes from its share of the image's ink budget")
+
+
+def idle_parallel_gap(cfg: Config) -> ValueError:
+    """The refusal of a chosen --parallel-gap that cannot catch anything --min-gap lets through."""
+    return ValueError(f"--parallel-gap {cfg.parallel_gap:g} is not above --min-gap {cfg.min_gap:g}: away from a "
+                      "crossing no two strands come that close, so the rule would check nothing; raise it above "
+                      "--min-gap, or pass 0 to turn it off")
 
 
 def flag(field_name: str) -> str:
@@ -2994,7 +3004,10 @@ def config_from_args(args: argparse.Namespace) -> Config:
     unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if name in given]
     if unused and not args.original_shapes:  # named at its default value, which Config cannot tell
         raise unused_shape_flags(unused)
-    return Config(**given)
+    cfg = Config(**given)
+    if "parallel_gap" in given and cfg.parallel_gap_checks_nothing:  # named at its default value
+        raise idle_parallel_gap(cfg)
+    return cfg
 
 
 def is_evaluation_flag(arg: str) -> bool:

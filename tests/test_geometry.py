@@ -373,6 +373,13 @@ def test_a_wider_min_gap_alone_keeps_the_default_parallel_gap():
     # The refusal above is for a parallel gap the user chose; one left at its default under a
     # wider --min-gap is simply outdone by it.
     Config(min_gap=20.0)
+    assert creation.config_from_args(creation.build_parser().parse_args(["--min-gap", "20"])).min_gap == 20.0
+
+
+def test_a_parallel_gap_named_at_its_default_under_a_wider_min_gap_is_refused():
+    # Config cannot tell the default from the same value chosen; the command line can.
+    with pytest.raises(ValueError, match=r"--parallel-gap 15 is not above --min-gap 20"):
+        creation.config_from_args(creation.build_parser().parse_args(["--parallel-gap", "15", "--min-gap", "20"]))
 
 
 def test_the_documented_least_gap_is_accepted_for_every_stroke_width():
