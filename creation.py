@@ -1669,7 +1669,7 @@ def pixel_sha256(image: Image.Image) -> str:
 
 
 def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Image:
-    """The dataset image with each loop painted in its own colour and every crossing ringed.
+    """The dataset image with each loop painted in its own colour, every crossing ringed and each self-crossing boxed.
 
     Painting reuses each loop's own stroke coverage, so a pixel no loop or
     ring touches keeps exactly its dataset value.
@@ -2963,7 +2963,8 @@ def build_parser() -> OneLineParser:
                      help="replace a different dataset in --out (only files this generator writes are removed)")
     review = p.add_argument_group("extra outputs (outside images/, never part of the dataset files)")
     review.add_argument("--overlays", action="store_true",
-                        help="also write review/overlays/*.png: each loop in its own colour, crossings ringed")
+                        help="also write review/overlays/*.png: each loop in its own colour, crossings "
+                             "between loops ringed, a loop's crossings with itself boxed")
     review.add_argument("--contact-sheet", type=int, default=0, metavar="K",
                         help="also write review/contact_sheet.png: the first K images with their answers (default 0: none)")
     review.add_argument("--scenes", action="store_true",
