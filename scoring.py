@@ -616,16 +616,16 @@ def extract_answer(response: str) -> "int | None":
     return _read_count(text, numbers, clauses, 0)[0]
 
 
-# The strict reading: a line "Answer: N" as ANSWER_FORMAT asks (any case; markdown emphasis, a quote
-# mark and a closing full stop allowed), N digits, with thousands separators or not. At most 18 digits:
+# The strict reading: "Answer: N" as ANSWER_FORMAT asks, ending its line (any case; markdown emphasis
+# and a closing full stop allowed), N digits, with thousands separators or not. At most 18 digits:
 # a longer run is no count, and int() of thousands of digits fails.
 _ANSWER_LINE = re.compile(
-    r"^[ \t>*_#]*answer[ \t*_]*:[ \t*_]*(?P<n>[0-9]{1,3}(?:,[0-9]{3}){1,5}|[0-9]{1,18})[ \t*_]*\.?[ \t]*$",
+    r"\banswer[ \t*_]*:[ \t*_]*(?P<n>[0-9]{1,3}(?:,[0-9]{3}){1,5}|[0-9]{1,18})[ \t*_]*\.?[ \t]*$",
     re.IGNORECASE | re.MULTILINE)
 
 
 def extract_answer_line(response: str) -> "int | None":
-    """The strict reading: the count on the reply's last line of the form "Answer: N", or None.
+    """The strict reading: the count of the reply's last "Answer: N" that ends its line, or None.
 
     Only the line the prompt asks for counts, so every harness grades alike; a reply that states its
     count any other way reads as unparsable.
@@ -1198,7 +1198,7 @@ def accuracy_by_crossings(records, readings) -> list[dict]:
 
 
 READINGS = {False: "lenient: the count the reply commits to (docs/scoring.md)",
-            True: "strict: only a line \"Answer: N\" counts"}
+            True: "strict: only \"Answer: N\" ending a line counts"}
 
 
 def assumed_prompt(records: list) -> str:
@@ -1611,7 +1611,7 @@ def build_parser(prog: str = "scoring.py") -> OneLineParser:
     p.add_argument("--dataset", type=folder, metavar="DIR",
                    help="dataset folder holding annotations.jsonl (default: the folder holding scoring.py)")
     p.add_argument("--strict", action="store_true",
-                   help='read only a line "Answer: N", the form the prompt asks for, so that numbers from '
+                   help='read only "Answer: N" ending a line, the form the prompt asks for, so that numbers from '
                         "different harnesses compare; any other reply is unparsable")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.add_argument("--report-dir", type=folder, metavar="R",

@@ -1369,6 +1369,9 @@ STRICT_CASES = [
     ("Answer: 7", 7),
     ("I traced every loop.\n\n**Answer:** 7", 7),
     ("I count 7 loops.\nanswer: 7.", 7),
+    ("I count 7 loops. Answer: 7", 7),
+    ("Final answer: **7**", 7),
+    ("Answer: 7. Loop 1 is the largest.", None),  # the answer must end its line
     ("Answer: 6\nWait, one more.\nAnswer: 7", 7),  # the last answer line
     ("<think>Answer: 5</think>\nAnswer: 7", 7),
     ("Answer: 1,000", 1000),
@@ -1397,7 +1400,7 @@ def test_strict_grading_reads_only_answer_lines(tiny):
     assert (lenient["reading"], strict["reading"]) == ("lenient", "strict")
     result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--strict")
     assert result.returncode == 0, result.stderr
-    assert 'reading        strict: only a line "Answer: N" counts' in result.stdout.splitlines()
+    assert 'reading        strict: only "Answer: N" ending a line counts' in result.stdout.splitlines()
     assert "correct" in result.stdout and json.loads(evaluate_cli(
         "--evaluate", predictions, "--dataset", dataset, "--strict", "--json").stdout)["n_correct"] == 1
 
