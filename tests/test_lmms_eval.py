@@ -248,3 +248,9 @@ def test_the_prompt_is_the_same_in_every_harness(utils, export_docs, exported):
     assert f"```text\n{prompts[0]}\n```" in card  # the dataset card
     records = scoring.load_records(exported / "hub_loops")
     assert scoring.assumed_prompt(records) == prompts[0]  # the report
+
+
+def test_the_readme_shows_the_prompt_verbatim():
+    root = Path(__file__).resolve().parents[1]
+    question = json.loads((root / "data.json").read_text(encoding="utf-8"))["question"]
+    assert f"```text\n{scoring.evaluation_prompt(question)}\n```" in (root / "README.md").read_text(encoding="utf-8")
