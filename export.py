@@ -400,8 +400,18 @@ def earlier_hub_export(out: Path) -> bool:
         return False
 
 
+def check_parent(out: Path, flag: str) -> None:
+    """Refuse a target under a file (mkdir would fail there with a bare "File exists")."""
+    for folder in out.parents:
+        if os.path.lexists(folder):
+            if not folder.is_dir():
+                raise ExportError(f"{flag} {out} lies under {folder}, which is not a folder")
+            return
+
+
 def check_hub_target(out: Path) -> bool:
     """True when `out` is an earlier export to replace, False when it is absent or empty; refuses the rest."""
+    check_parent(out, "--export-hub")
     if not out.exists() and not out.is_symlink():
         return False
     if out.is_symlink() or not out.is_dir():
@@ -442,6 +452,7 @@ def earlier_tsv_export(path: Path) -> bool:
 
 def check_tsv_target(out: Path) -> None:
     """An absent file, or an earlier TSV export (by its whole content); refuses the rest."""
+    check_parent(out, "--export-vlmevalkit")
     if not out.exists() and not out.is_symlink():
         return
     if out.is_symlink() or not out.is_file():

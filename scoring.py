@@ -609,7 +609,8 @@ def extract_answer(response: str) -> "int | None":
         if source:
             # A bare "no" after a final answer takes it back without giving another ("Final answer: 7.
             # Actually no, 8."): two answers. A correction that claims or marks its count replaces it.
-            if (correction.group().lower() == "no" and source == "primary"
+            if (correction.group().lower() == "no" and source == "primary" and clauses
+                    and clauses[0][0] < correction.start()  # a marker before it: read what it gave
                     and _marked_before(text, correction.start()) not in (None, value)):
                 return None
             return value

@@ -419,6 +419,14 @@ def test_a_reexport_replaces_nothing_it_did_not_write(change, hub, dataset, tmp_
     assert tree(out) == before
 
 
+@pytest.mark.parametrize("command", ["--export-hub", "--export-vlmevalkit"])
+def test_a_target_under_a_file_is_refused_in_one_line(command, dataset, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    err = run_refused([command, str(tmp_path / "notes.txt" / "out"), "--dataset", str(dataset)], capsys)
+    assert f"lies under {tmp_path / 'notes.txt'}, which is not a folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
 def test_an_earlier_export_with_a_file_of_its_own_is_refused(hub, dataset, tmp_path, capsys):
     out = tmp_path / "cloned"
     shutil.copytree(hub, out)
@@ -708,6 +716,10 @@ def test_creation_forwards_both_flags_and_names_itself(dataset, tmp_path, capsys
     # Abbreviated, as export.py itself and creation.py's --eval accept.
     assert creation.main(["--export-vlm", str(tmp_path / "y.tsv"), "--dataset", str(dataset), "--quiet"]) == 0
     assert (tmp_path / "y.tsv").read_bytes() == (tmp_path / "x.tsv").read_bytes()
+    url = "https://example.org/loops"
+    assert creation.main(["--export-hub", str(tmp_path / "h"), "--dataset", str(dataset), "--repo-url", url,
+                          "--quiet"]) == 0
+    assert f"]({url})" in (tmp_path / "h" / "README.md").read_text(encoding="utf-8")
 
 
 def test_export_needs_exactly_one_target(dataset, capsys):

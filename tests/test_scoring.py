@@ -1131,6 +1131,8 @@ def test_creation_py_forwards_evaluation_with_its_own_name(tiny, tmp_path):
     assert "nothing.jsonl: No such file or directory" in result.stderr
     result = evaluate_cli("--report-dir", tmp_path / "r", prog="creation.py")
     assert result.returncode == 2 and "apply to --evaluate only" in result.stderr
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--strict", "--json", prog="creation.py")
+    assert result.returncode == 0 and json.loads(result.stdout)["reading"] == "strict"
 
 
 # --- scoring.py needs the standard library only
