@@ -126,7 +126,7 @@ FIELDS = {
     "width": ("int64", "image width, px"),
     "height": ("int64", "image height, px"),
     "num_loops": ("int64", "number of closed loops drawn (the ground truth)"),
-    "question": ("string", "the question put to the model, the same for every image"),
+    "question": ("string", "the question, the same for every image; the prompt adds one answer-format line"),
     "answer": ("int64", "the correct reply, equal to num_loops"),
     "index": ("int64", "sample index within the run, 0 .. n-1"),
     "seed": ("int64", "the run seed; with index it fixes the sample"),
@@ -686,8 +686,8 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
         f"This release has {n} images, all in the `{SPLIT}` split, made by {repository}.", "",
         "## Prompt", "",
         "Every image is shown with the same prompt: the record's `question`, then one line fixing the form of "
-        "the answer. The generator's lmms-eval task and VLMEvalKit TSV use exactly this text, and its grader "
-        "reads the line it asks for first (`--strict`: only that line).", "",
+        "the answer. The generator's lmms-eval task and VLMEvalKit TSV use exactly this text; its grader looks "
+        "for the `Answer: N` that line asks for, and with `--strict` reads nothing else.", "",
         "```text", *scoring.assumed_prompt(records).split("\n"), "```", "",
         "## Loading", "",
         "```python", "from datasets import load_dataset", "",
@@ -719,9 +719,10 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
         f"Keep each model's whole reply; the grader in {repository} reads the count out of free-form "
         "replies and grades them against `annotations.jsonl`, which this folder carries. Its lmms-eval task "
         "(`integrations/lmms_eval`) reads this dataset with its embedded images; run it with `--log_samples "
-        "--output_path logs/` and grade the samples file it writes. For VLMEvalKit, run its TSV export with "
-        "`PRED_FORMAT=tsv` and grade the prediction table. For any other harness, write one JSON line per "
-        '`{"index": 0, "response": "...reply text..."}` image. Then:', "",
+        "--output_path logs/` and grade the samples file it writes. For VLMEvalKit, make the TSV with the "
+        "generator's `export.py --export-vlmevalkit`, run VLMEvalKit with `PRED_FORMAT=tsv` and grade its "
+        "prediction table. For any other harness, write one JSON line per image, "
+        '`{"index": 0, "response": "...reply text..."}`. Then:', "",
         "```bash", "hf download --repo-type dataset USER/NAME --local-dir loops",
         "python creation.py --evaluate predictions.jsonl --dataset loops   # add --strict for numbers across harnesses",
         "```", "",
@@ -901,8 +902,8 @@ def build_parser(prog: str) -> OneLineParser:
                         help="write a folder to upload to the Hub as a dataset repository: Parquet files with the "
                              "images embedded, a dataset card (README.md) and annotations.jsonl")
     target.add_argument("--export-vlmevalkit", type=folder, metavar="FILE.tsv",
-                        help="write VLMEvalKit's benchmark TSV: index, image (base64 PNG), question, answer, "
-                             "num_loops")
+                        help="write VLMEvalKit's benchmark TSV: index, image (base64 PNG), question (the "
+                             "prompt: the record's question and the answer-format line), answer, num_loops")
     p.add_argument("--dataset", type=folder, default=Path(__file__).resolve().parent, metavar="DIR",
                    help="the dataset folder, as creation.py wrote it (default: the folder holding this file)")
     p.add_argument("--repo-url", metavar="URL",

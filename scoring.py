@@ -1608,7 +1608,7 @@ def build_parser(prog: str = "scoring.py") -> OneLineParser:
     p.add_argument("--evaluate", type=file_path, metavar="PREDICTIONS",
                    help='the replies: JSONL of {"image": ..., "response": ...} lines ("index": N may stand for '
                         '"image", or both if they agree; optionally with pixel_sha256, seed, answer), '
-                        "lmms-eval --log_samples output, or a VLMEvalKit .csv/.tsv")
+                        "lmms-eval --log_samples output, or a VLMEvalKit .csv/.tsv (run it with PRED_FORMAT=tsv)")
     p.add_argument("--dataset", type=folder, metavar="DIR",
                    help="dataset folder holding annotations.jsonl (default: the folder holding scoring.py)")
     p.add_argument("--strict", action="store_true",
