@@ -1646,8 +1646,8 @@ def unknown_flags_message(flags: list[str]) -> str:
     for flag in flags:
         near = difflib.get_close_matches(flag, GRADING_FLAGS, n=1, cutoff=0.75)
         named.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
-    return (f"unknown flag{'s' if len(flags) > 1 else ''} {', '.join(named)}: grading takes only "
-            f"--evaluate PREDICTIONS, {', '.join(GRADING_FLAGS[1:-1])} and {GRADING_FLAGS[-1]}")
+    return (f"unknown flag{'s' if len(flags) > 1 else ''}: grading takes only --evaluate PREDICTIONS, "
+            f"{', '.join(GRADING_FLAGS[1:-1])} and {GRADING_FLAGS[-1]}, not {', '.join(named)}")
 
 
 def main(argv: list[str] | None = None, prog: str = "scoring.py") -> int:
