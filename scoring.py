@@ -703,12 +703,11 @@ def _read_bytes(path: Path) -> bytes:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except IsADirectoryError:  # Windows cannot open a folder at all
         raise EvaluationError(f"{path} is a folder, not a file") from None
+    mode = os.fstat(fd).st_mode  # before fdopen, which refuses a folder naming only the descriptor
+    if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        os.close(fd)
+        raise EvaluationError(f"{path} is a {'folder' if stat.S_ISDIR(mode) else 'device'}, not a file")
     with os.fdopen(fd, "rb", buffering=0) as f:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
-            raise EvaluationError(f"{path} is a folder, not a file")
-        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
-            raise EvaluationError(f"{path} is a device, not a file")
         if stat.S_ISFIFO(mode):
             first = f.read(1 << 16)  # b"" at once when no writer holds the pipe open; None: nothing written yet
             if first == b"":

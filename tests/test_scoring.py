@@ -1434,6 +1434,13 @@ def test_a_spreadsheet_gets_one_line_saying_how_to_get_a_table(tiny, tmp_path, n
                           "PRED_FORMAT=tsv")
 
 
+def test_a_folder_given_as_predictions_is_named_as_such(tiny, tmp_path):
+    dataset, _ = tiny
+    folder = tmp_path / "outputs"
+    folder.mkdir()
+    assert_one_line_error(evaluate_cli("--evaluate", folder, "--dataset", dataset), folder, "is a folder, not a file")
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
 def test_a_named_pipe_that_nothing_writes_is_refused_not_waited_on(tiny, tmp_path):
     dataset, _ = tiny
