@@ -4,21 +4,25 @@ creation.py makes the dataset, scoring grades replies, this file repackages a
 finished dataset folder for other tools, checking every image against its
 record on the way. creation.py forwards both commands here:
 
-    python creation.py --export-hub hub_loops --dataset .
+    python creation.py --export-hub hub_loops --dataset . --repo-url https://github.com/USER/REPO
     python creation.py --export-vlmevalkit TangledLoops.tsv --dataset .
 
 The Hub folder uploads as it is (`hf upload --repo-type dataset
-USER/NAME hub_loops .`) and loads with `datasets.load_dataset("hub_loops",
-split="test")` from any working directory:
+USER/NAME hub_loops .`) and loads with `datasets.load_dataset("/abs/path/hub_loops",
+split="test")` from any working directory (a relative name that is not there is looked
+up on the Hub), its images decoded to RGB:
 
-    README.md                          dataset card: YAML configs and features, then the prose
+    README.md                          dataset card: YAML configs and features (image: RGB), then the prose
     data/test-00000-of-00001.parquet   one row per record, the image embedded as its original PNG bytes
     annotations.jsonl                  the dataset's records, byte for byte, so --evaluate --dataset works here
-    tangled_loops_export.json          marks the folder as an export (a re-export replaces it)
+    tangled_loops_export.json          marks the folder as an export, with each file's SHA-256 (a re-export
+                                       replaces the folder only while every file is as the export wrote it)
 
 The TSV is VLMEvalKit's single-file benchmark format: a header, then one
 tab-separated row per image with index, image (the PNG file's bytes in
-base64), question, answer and num_loops.
+base64), question (scoring.evaluation_prompt: the record's question and the
+answer-format line), answer and num_loops. A re-export replaces only a file
+that reads as such a TSV throughout.
 
 Writing the Parquet files needs pyarrow (requirements-export.txt; datasets
 brings it); the TSV needs nothing beyond requirements.txt.
@@ -51,6 +55,8 @@ from typing import BinaryIO, Iterator
 
 from PIL import Image
 
+import scoring  # the evaluation prompt, defined once there (standard library only)
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -62,14 +68,21 @@ ANNOTATIONS_FILE = "annotations.jsonl"
 DATA_FILE = "data.json"
 REQUIRED_FIELDS = ("image", "width", "height", "num_loops", "question", "answer", "index", "pixel_sha256")
 
-EXPORT_VERSION = 1  # bump when the layout of an export changes
+EXPORT_VERSION = 2  # bump when the layout of an export changes (2: RGB image feature, marker with file hashes)
 MARKER_FILE = "tangled_loops_export.json"  # its presence and content say "an earlier export: safe to replace"
 CARD_FILE = "README.md"
 PARQUET_DIR = "data"
 SPLIT = "test"  # a benchmark: everything is test data
 SHARD_BYTES = 500_000_000  # image bytes per Parquet file, as push_to_hub's default max_shard_size
 ROW_GROUP_ROWS = 100  # rows per Parquet row group: the Hub's viewer reads one group at a time
-LICENSE = "cc-by-4.0"  # the repository names no licence of its own
+LICENSE = "cc-by-4.0"  # the generated data's licence; the code is MIT (LICENSE in the repository)
+CODE_LICENSE = "MIT"
+# The citation, as CITATION.cff in the repository states it (tests/test_export.py checks they agree).
+CITATION_TITLE = "Tangled closed loops: a counting benchmark"
+CITATION_AUTHOR = "The tangled-loops authors"
+CITATION_YEAR = 2026
+REPO_URL_PLACEHOLDER = "<repository URL: export again with --repo-url URL>"
+REPO_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::[0-9]+)?(?:/[A-Za-z0-9._~/%+-]*)?")  # nothing markdown or BibTeX reads
 MAX_IMAGE_BYTES = 64 << 20  # a PNG file larger than this is refused unread (the default canvas is ~0.5 MB)
 MAX_IMAGE_PIXELS = 1 << 25  # ~5800 x 5800 (128 MB as RGB): a larger width x height is refused before decoding
 
@@ -108,12 +121,12 @@ AUDIT_FIGURES = {
 
 # Hub feature type and meaning of each record field of schema 1; a field not listed gets its type from its values.
 FIELDS = {
-    "image": ("image", "the picture, decoded to a PIL image; with `Image(decode=False)` its PNG bytes and "
+    "image": ("image", "the picture, decoded to an RGB PIL image; with `Image(decode=False)` its PNG bytes and "
                        "its path in the generator's folder"),
     "width": ("int64", "image width, px"),
     "height": ("int64", "image height, px"),
     "num_loops": ("int64", "number of closed loops drawn (the ground truth)"),
-    "question": ("string", "the question put to the model, the same for every image"),
+    "question": ("string", "the question, the same for every image; the prompt adds one answer-format line"),
     "answer": ("int64", "the correct reply, equal to num_loops"),
     "index": ("int64", "sample index within the run, 0 .. n-1"),
     "seed": ("int64", "the run seed; with index it fixes the sample"),
@@ -136,7 +149,8 @@ class ExportError(Exception):
 def inside(root: Path, relative: str) -> Path:
     """root/relative, refused unless it is a plain relative path that stays inside root once symlinks resolve."""
     parts = PurePosixPath(relative).parts
-    if not relative or PurePosixPath(relative).is_absolute() or ".." in parts or "\\" in relative:
+    if (not relative or PurePosixPath(relative).is_absolute() or ".." in parts or "\\" in relative
+            or "\0" in relative):  # a NUL no file name holds, and os.path would raise ValueError on it
         raise ExportError(f"{relative!r} is not a relative path inside the dataset folder")
     path = root / relative
     real_root = os.path.realpath(root)
@@ -182,15 +196,40 @@ class SourceDataset:
     annotations: bytes  # annotations.jsonl as it is on disk
 
 
+MAX_NESTING = 32  # a record or data.json nests a few levels; deeper is a hand edit that json.dumps may not survive
+
+
+def parse_json(data, where: str):
+    """json.loads, refusing in one line what does not parse, nests deeper than MAX_NESTING, or holds a
+    string that is not valid Unicode (a lone surrogate, which no UTF-8 file can hold)."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):  # RecursionError: nested past Python's limit
+        raise ExportError(f"{where}: not JSON (a copy cut short, or edited by hand?)") from None
+    stack = [(value, 1)]  # iterative: the walk must not itself recurse past the limit it checks
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise ExportError(f"{where}: nested more than {MAX_NESTING} levels deep: not this generator's JSON")
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ExportError(f"{where}: holds text that is not valid Unicode (a lone surrogate)") from None
+        elif isinstance(item, dict):
+            stack.extend((part, depth + 1) for pair in item.items() for part in pair)
+        elif isinstance(item, list):
+            stack.extend((part, depth + 1) for part in item)
+    return value
+
+
 def read_records(path: Path, raw: bytes) -> list[dict]:
     records = []
-    for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+    # "\n" only: str.splitlines() would also split at a U+2028 inside a string.
+    for number, line in enumerate(raw.decode("utf-8", errors="replace").split("\n"), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise ExportError(f"{path}, line {number}: not a JSON record (a copy cut short?)") from None
+        record = parse_json(line, f"{path}, line {number}")
         missing = [name for name in REQUIRED_FIELDS if not isinstance(record, dict) or name not in record]
         if missing:
             raise ExportError(f"{path}, line {number}: no {', '.join(missing)}")
@@ -229,10 +268,7 @@ def read_source(root: Path) -> SourceDataset:
     records = read_records(annotations_path, annotations)
     check_records(annotations_path, records)
     data_path = inside(root, DATA_FILE)
-    try:
-        document = json.loads(read_regular_file(data_path))
-    except ValueError:
-        raise ExportError(f"{data_path} is not a JSON document (a copy cut short?)") from None
+    document = parse_json(read_regular_file(data_path), str(data_path))
     keys = ("task", "generator_version", "command", "config", "question", "num_samples", "answer_histogram")
     missing = [key for key in keys if key not in document] if isinstance(document, dict) else ["keys"]
     if missing or not isinstance(document["config"], dict) or not isinstance(document["answer_histogram"], dict):
@@ -241,12 +277,31 @@ def read_source(root: Path) -> SourceDataset:
     if document["num_samples"] != len(records):
         raise ExportError(f"{annotations_path} has {len(records)} records but {data_path} says "
                           f"{document['num_samples']}: the two files come from different runs")
-    for number, (sample, record) in enumerate(zip(document.get("samples", records), records), 1):
+    samples = document.get("samples", records)
+    if not isinstance(samples, list) or len(samples) != len(records):
+        raise ExportError(f"{data_path}: its samples are not a list of the {len(records)} records: "
+                          "not this generator's data.json")
+    for number, (sample, record) in enumerate(zip(samples, records), 1):
         if sample != record:
             raise ExportError(f"{annotations_path}, record {number} differs from {data_path}'s sample {number}: "
                               "the two files come from different runs")
+    check_histogram(data_path, document["answer_histogram"], records)
     header = {key: value for key, value in document.items() if key != "samples"}
     return SourceDataset(root, header, records, annotations)
+
+
+def check_histogram(data_path: Path, histogram: dict, records: list[dict]) -> None:
+    """data.json's answer_histogram ({"5": 71, ...}) must count the records' answers (zero counts aside):
+    the card shows it."""
+    counted = {}
+    for record in records:
+        counted[str(record["answer"])] = counted.get(str(record["answer"]), 0) + 1
+    stated = {key: value for key, value in histogram.items() if value != 0}
+    well_formed = all(re.fullmatch(r"-?[0-9]{1,18}", key) and type(value) is int and value >= 0
+                      for key, value in histogram.items())
+    if not well_formed or stated != counted:
+        raise ExportError(f"{data_path}: its answer_histogram does not count the records' answers: "
+                          "edited by hand, or from another run")
 
 
 class BadImage(Exception):
@@ -321,25 +376,42 @@ def checked_images(source: SourceDataset, quiet: bool) -> Iterator[tuple[dict, b
 
 
 def earlier_hub_export(out: Path) -> bool:
-    """Whether `out` holds an earlier Hub export and nothing else (its marker lists every file it wrote)."""
+    """Whether `out` holds an earlier Hub export and nothing else: every file its marker lists, each with the
+    content the marker hashes (a card edited by hand is the user's now), and no other file."""
     try:
-        marker = json.loads(read_regular_file(inside(out, MARKER_FILE), 1 << 20))
-        written = set(marker["files"]) if marker.get("export") == "hub" else None
-    except (ExportError, ValueError, KeyError, TypeError, AttributeError):
+        marker = parse_json(read_regular_file(inside(out, MARKER_FILE), 1 << 20), MARKER_FILE)
+        hashes = marker["files"] if marker.get("export") == "hub" else None
+    except (ExportError, KeyError, TypeError, AttributeError):
         return False
-    if written is None:
-        return False
-    allowed = written | {MARKER_FILE}
+    if not isinstance(hashes, dict) or not all(isinstance(value, str) for value in hashes.values()):
+        return False  # an older exporter's marker listed names only: its files' content cannot be told
+    allowed = set(hashes) | {MARKER_FILE}
     allowed |= {parent.as_posix() for name in allowed for parent in PurePosixPath(name).parents}
     present = set()
     for folder_path, dirs, files in os.walk(out):  # symlinked folders are listed, not entered
         relative = PurePosixPath(Path(folder_path).relative_to(out).as_posix())
         present |= {(relative / name).as_posix() for name in dirs + files}
-    return present <= allowed
+    if not present <= allowed:
+        return False
+    try:
+        return all(not os.path.islink(inside(out, name)) and file_sha256(inside(out, name)) == digest
+                   for name, digest in hashes.items())
+    except ExportError:  # missing, not a regular file, or climbing out: not what the export wrote
+        return False
+
+
+def check_parent(out: Path, flag: str) -> None:
+    """Refuse a target under a file (mkdir would fail there with a bare "File exists")."""
+    for folder in out.parents:
+        if os.path.lexists(folder):
+            if not folder.is_dir():
+                raise ExportError(f"{flag} {out} lies under {folder}, which is not a folder")
+            return
 
 
 def check_hub_target(out: Path) -> bool:
     """True when `out` is an earlier export to replace, False when it is absent or empty; refuses the rest."""
+    check_parent(out, "--export-hub")
     if not out.exists() and not out.is_symlink():
         return False
     if out.is_symlink() or not out.is_dir():
@@ -348,22 +420,46 @@ def check_hub_target(out: Path) -> bool:
         return False
     if not earlier_hub_export(out):
         raise ExportError(f"--export-hub {out} is a folder that holds files of its own, not an earlier export "
-                          f"(no {MARKER_FILE} listing them all): choose a new or empty folder")
+                          f"(no {MARKER_FILE} listing them all with their content): choose a new or empty folder")
     return True
 
 
+PNG_BASE64 = re.compile(r"iVBORw0KGgo[A-Za-z0-9+/]*={0,2}")  # a PNG's signature in base64, then base64
+WHOLE_NUMBER = re.compile(r"[0-9]{1,18}")
+
+
+def earlier_tsv_export(path: Path) -> bool:
+    """Whether the whole file reads as a TSV this exporter wrote: the header, then one or more rows of an
+    index, a base64 PNG, the question, an answer and num_loops equal to it. A header alone proves nothing."""
+    limit = csv.field_size_limit(max(csv.field_size_limit(), 2 * MAX_IMAGE_BYTES))  # a base64 PNG per cell
+    try:
+        with open_regular_file(path) as f:
+            rows = csv.reader(io.TextIOWrapper(f, encoding="utf-8", newline=""), delimiter="\t", strict=True)
+            if next(rows, None) != list(TSV_COLUMNS):
+                return False
+            count = 0
+            for index, image, question, answer, num_loops in rows:  # another width: ValueError
+                if not (WHOLE_NUMBER.fullmatch(index) and PNG_BASE64.fullmatch(image) and question
+                        and WHOLE_NUMBER.fullmatch(answer) and answer == num_loops):
+                    return False
+                count += 1
+            return count > 0
+    except (ExportError, ValueError, csv.Error):  # UnicodeDecodeError is a ValueError
+        return False
+    finally:
+        csv.field_size_limit(limit)
+
+
 def check_tsv_target(out: Path) -> None:
-    """An absent file, or an earlier TSV export (it starts with the header line); refuses the rest."""
+    """An absent file, or an earlier TSV export (by its whole content); refuses the rest."""
+    check_parent(out, "--export-vlmevalkit")
     if not out.exists() and not out.is_symlink():
         return
-    try:
-        with open_regular_file(out) as f:
-            first_line = f.readline(len(TSV_HEADER) + 2)
-    except ExportError:
-        raise ExportError(f"--export-vlmevalkit {out} exists and is not a regular file") from None
-    if first_line.rstrip(b"\r\n") != TSV_HEADER.encode() or out.is_symlink():
+    if out.is_symlink() or not out.is_file():
+        raise ExportError(f"--export-vlmevalkit {out} exists and is not a regular file")
+    if not earlier_tsv_export(out):
         raise ExportError(f"--export-vlmevalkit {out} exists and is not an earlier export "
-                          "(its first line is not the export's header): choose a new file name")
+                          "(its content is not the export's rows): choose a new file name")
 
 
 def exchange_paths(first: Path, second: Path) -> bool:
@@ -411,8 +507,8 @@ def hub_types(records: list[dict]) -> dict[str, str]:
 
 
 FITS = {  # which Python values each column type stores (bool is an int subclass: not a count)
-    "int64": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "float64": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "int64": lambda v: isinstance(v, int) and not isinstance(v, bool) and -(1 << 63) <= v < (1 << 63),
+    "float64": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= sys.float_info.max,
     "bool": lambda v: isinstance(v, bool),
     "string": lambda v: isinstance(v, str),
 }
@@ -435,7 +531,7 @@ def arrow_schema(types: dict[str, str]):
 
     arrow = {"int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_(), "string": pa.string(),
              "image": pa.struct([("bytes", pa.binary()), ("path", pa.string())])}
-    features = {name: {"_type": "Image"} if dtype == "image" else {"dtype": dtype, "_type": "Value"}
+    features = {name: {"_type": "Image", "mode": "RGB"} if dtype == "image" else {"dtype": dtype, "_type": "Value"}
                 for name, dtype in types.items()}
     metadata = {"huggingface": json.dumps({"info": {"features": features}}, sort_keys=True)}
     return pa.schema([(name, arrow[dtype]) for name, dtype in types.items()], metadata=metadata)
@@ -511,14 +607,19 @@ def yaml_text(value) -> str:
 
 def card_front_matter(types: dict[str, str], n: int, arrow_bytes: int) -> str:
     lines = ["---", "pretty_name: Tangled closed loops", f"license: {LICENSE}", "language:", "- en",
-             "task_categories:", "- visual-question-answering", "size_categories:", f"- {size_category(n)}",
+             "annotations_creators:", "- machine-generated", "language_creators:", "- machine-generated",
+             "source_datasets:", "- original",
+             "task_categories:", "- visual-question-answering", "- image-text-to-text",
+             "size_categories:", f"- {size_category(n)}",
              "tags:", "- counting", "- visual-reasoning", "- synthetic", "- procedurally-generated",
              f"- {TASK_NAME}",
              "configs:", "- config_name: default", "  data_files:", f"  - split: {SPLIT}",
              f"    path: {PARQUET_DIR}/{SPLIT}-*.parquet",
              "dataset_info:", "  features:"]
     for name, dtype in types.items():
-        lines += [f"  - name: {name}", f"    dtype: {dtype}"]
+        # The images are palette PNGs; declared RGB, `datasets` decodes them to RGB, the pixels pixel_sha256 hashes.
+        feature = ["    dtype:", "      image:", "        mode: RGB"] if dtype == "image" else [f"    dtype: {dtype}"]
+        lines += [f"  - name: {yaml_text(name)}", *feature]
     lines += ["  splits:", f"  - name: {SPLIT}", f"    num_bytes: {arrow_bytes}", f"    num_examples: {n}", "---"]
     return "\n".join(lines) + "\n"
 
@@ -556,24 +657,46 @@ def audit_section(mode: str, header: dict) -> list[str]:
     return lines + [""]
 
 
-def render_card(source: SourceDataset, types: dict[str, str], shards: list[str], arrow_bytes: int) -> str:
+def bibtex(repo_url: str, header: dict, n: int) -> list[str]:
+    """The card's BibTeX entry: CITATION.cff's title, author and year, and what this export holds."""
+    return ["```bibtex", "@misc{tangled_loops,",
+            f"  title        = {{{CITATION_TITLE}}},",
+            f"  author       = {{{{{CITATION_AUTHOR}}}}},",
+            f"  year         = {{{CITATION_YEAR}}},",
+            f"  howpublished = {{\\url{{{repo_url}}}}},",
+            f"  note         = {{Generator version {header['generator_version']}, run seed "
+            f"{header['config'].get('seed')}, {n} images}}",
+            "}", "```"]
+
+
+def render_card(source: SourceDataset, types: dict[str, str], shards: list[str], arrow_bytes: int,
+                repo_url: str = REPO_URL_PLACEHOLDER) -> str:
     header, records = source.header, source.records
     n = len(records)
     mode = dataset_mode(header)
     seed = header["config"].get("seed")
+    repository = f"[the generator's repository]({repo_url})" if repo_url != REPO_URL_PLACEHOLDER else (
+        f"the generator's repository ({repo_url})")
     lines = [
         "# Tangled closed loops: a counting benchmark", "",
         "Each image is a tangle of smooth closed curves drawn in one dark colour on an off-white, faintly "
         "noisy canvas. The curves cross each other and themselves, but every crossing is a clear X and no two "
         "strands run close together elsewhere, so a careful reader can trace each loop all the way round. The "
         "task is to say how many distinct loops there are; the answer is a positive integer. "
-        f"This release has {n} images, all in the `{SPLIT}` split.", "",
-        "## Question", "", "Every image is asked the same question:", "",
-        *[f"> {line}" for line in str(header["question"]).splitlines()], "",
+        f"This release has {n} images, all in the `{SPLIT}` split, made by {repository}.", "",
+        "## Prompt", "",
+        "Every image is shown with the same prompt: the record's `question`, then one line fixing the form of "
+        "the answer. The generator's lmms-eval task and VLMEvalKit TSV use exactly this text; its grader looks "
+        "for the `Answer: N` that line asks for, and with `--strict` reads nothing else.", "",
+        "```text", *scoring.assumed_prompt(records).split("\n"), "```", "",
         "## Loading", "",
         "```python", "from datasets import load_dataset", "",
-        f'ds = load_dataset("USER/NAME", split="{SPLIT}")  # or the path of this folder',
-        'ds[0]["image"]  # a PIL image; ds[0]["answer"] the loop count', "```", "",
+        f'ds = load_dataset("USER/NAME", split="{SPLIT}")  # or this folder\'s absolute path',
+        'ds[0]["image"]  # an RGB PIL image; ds[0]["answer"] is the loop count', "```", "",
+        "Images decode to RGB (`ds.with_format(\"numpy\")` gives height x width x 3 arrays) whose bytes "
+        "hash to the record's `pixel_sha256`; the stored files are the generator's 8-bit palette PNGs. "
+        "A relative folder name that does not exist where Python runs is looked up on the Hub, so give "
+        "a local copy by its absolute path.", "",
         "## Fields", "", "| field | type | meaning |", "| --- | --- | --- |",
     ]
     for name, dtype in types.items():
@@ -593,12 +716,16 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
           sorted(header["answer_histogram"].items(), key=lambda item: int(item[0]))], "",
         *audit_section(mode, header),
         "## Evaluating", "",
-        "Ask each image the question, keep the model's whole reply, and write one JSON line per image, "
-        '`{"index": 0, "response": "...reply text..."}` (or `"image": "images/tangled_loops_00000.png"` in '
-        "place of the index). The generator's repository reads the count out of free-form replies and "
-        "grades the file against `annotations.jsonl`, which this folder carries:", "",
+        f"Keep each model's whole reply; the grader in {repository} reads the count out of free-form "
+        "replies and grades them against `annotations.jsonl`, which this folder carries. Its lmms-eval task "
+        "(`integrations/lmms_eval`) reads this dataset with its embedded images; run it with `--log_samples "
+        "--output_path logs/` and grade the samples file it writes. For VLMEvalKit, make the TSV with the "
+        "generator's `export.py --export-vlmevalkit`, run VLMEvalKit with `PRED_FORMAT=tsv` and grade its "
+        "prediction table. For any other harness, write one JSON line per image, "
+        '`{"index": 0, "response": "...reply text..."}`. Then:', "",
         "```bash", "hf download --repo-type dataset USER/NAME --local-dir loops",
-        "python creation.py --evaluate predictions.jsonl --dataset loops", "```", "",
+        "python creation.py --evaluate predictions.jsonl --dataset loops   # add --strict for numbers across harnesses",
+        "```", "",
         "## Format", "",
         f"One Parquet file per ~{SHARD_BYTES // 1_000_000} MB of images ({', '.join(f'`{s}`' for s in shards)}), "
         "each image stored as its original PNG bytes, so the decoded pixels match `pixel_sha256` exactly. "
@@ -606,19 +733,32 @@ def render_card(source: SourceDataset, types: dict[str, str], shards: list[str],
         "this card for Parquet (an image folder's types are guessed from the JSON instead, and a `configs` "
         "entry that names only the images silently drops every other field), and the whole split downloads "
         "as one or a few files instead of one request per image.", "",
-        "## Licence", "", f"{LICENSE.upper()}.", "",
+        "## Citation", "", *bibtex(repo_url, header, n), "",
+        "## Licence", "",
+        f"The data (images and annotations) is {LICENSE.upper()}; the generator's code is {CODE_LICENSE} "
+        f"(`LICENSE` in {repository}).", "",
     ]
     return card_front_matter(types, n, arrow_bytes) + "\n" + "\n".join(lines)
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open_regular_file(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def write_marker(staged: Path, files: list[str], header: dict, n: int) -> None:
+    """The marker: what made the export, and the SHA-256 of every file it wrote, so that a re-export replaces
+    only files whose content is still the export's own."""
     marker = {"export": "hub", "export_version": EXPORT_VERSION, "task": header.get("task"),
               "generator_version": header.get("generator_version"), "config": header.get("config"),
-              "num_samples": n, "files": sorted(files + [MARKER_FILE])}
+              "num_samples": n, "files": {name: file_sha256(staged / name) for name in sorted(files)}}
     (staged / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
 
 
-def export_hub(source: SourceDataset, out: Path, quiet: bool) -> None:
+def export_hub(source: SourceDataset, out: Path, quiet: bool, repo_url: str = REPO_URL_PLACEHOLDER) -> None:
     replacing = check_hub_target(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_dead_staging(out)
@@ -627,7 +767,7 @@ def export_hub(source: SourceDataset, out: Path, quiet: bool) -> None:
         try:
             shards, arrow_bytes = write_parquet_shards(source, staged, quiet)
             (staged / ANNOTATIONS_FILE).write_bytes(source.annotations)
-            card = render_card(source, hub_types(source.records), shards, arrow_bytes)
+            card = render_card(source, hub_types(source.records), shards, arrow_bytes, repo_url)
             (staged / CARD_FILE).write_text(card, encoding="utf-8")
             write_marker(staged, shards + [ANNOTATIONS_FILE, CARD_FILE], source.header, len(source.records))
             replace_folder_deleting_old(staged, out, replacing)
@@ -714,8 +854,9 @@ def current_umask() -> int:
 def tsv_rows(source: SourceDataset, quiet: bool) -> Iterator[list]:
     """One row per image: the original PNG bytes in base64, which VLMEvalKit decodes and saves as a PNG."""
     for record, png in checked_images(source, quiet):
-        yield [record["index"], base64.b64encode(png).decode("ascii"), record["question"], record["answer"],
-               record["num_loops"]]
+        # The question column holds the whole prompt, as lmms-eval's task shows it: VLMEvalKit shows it as is.
+        yield [record["index"], base64.b64encode(png).decode("ascii"), scoring.evaluation_prompt(record["question"]),
+               record["answer"], record["num_loops"]]
 
 
 def export_tsv(source: SourceDataset, out: Path, quiet: bool) -> None:
@@ -761,10 +902,13 @@ def build_parser(prog: str) -> OneLineParser:
                         help="write a folder to upload to the Hub as a dataset repository: Parquet files with the "
                              "images embedded, a dataset card (README.md) and annotations.jsonl")
     target.add_argument("--export-vlmevalkit", type=folder, metavar="FILE.tsv",
-                        help="write VLMEvalKit's benchmark TSV: index, image (base64 PNG), question, answer, "
-                             "num_loops")
+                        help="write VLMEvalKit's benchmark TSV: index, image (base64 PNG), question (the "
+                             "prompt: the record's question and the answer-format line), answer, num_loops")
     p.add_argument("--dataset", type=folder, default=Path(__file__).resolve().parent, metavar="DIR",
                    help="the dataset folder, as creation.py wrote it (default: the folder holding this file)")
+    p.add_argument("--repo-url", metavar="URL",
+                   help="the generator's repository, linked from the dataset card (--export-hub only; without "
+                        f"it the card says {REPO_URL_PLACEHOLDER!r})")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -778,8 +922,14 @@ def raise_terminated(signum, frame):
 
 
 def main(argv: list[str] | None = None, prog: str = "export.py") -> int:
+    parser = build_parser(prog)
     try:
-        args = build_parser(prog).parse_args(argv)
+        args = parser.parse_args(argv)
+        if args.repo_url is not None and not args.export_hub:
+            parser.error("--repo-url names the repository in the dataset card: it goes with --export-hub only")
+        if args.repo_url is not None and not REPO_URL.fullmatch(args.repo_url):
+            parser.error(f"--repo-url must be an http(s) address such as https://github.com/USER/REPO, "
+                         f"got {args.repo_url!r}")
     except SystemExit as stop:  # a bad flag (status 2, one line already printed) or --help (0)
         return stop.code
     out = args.export_hub or args.export_vlmevalkit
@@ -798,7 +948,7 @@ def run_export(args, out: Path, prog: str) -> int:
     try:
         source = read_source(args.dataset)
         if args.export_hub:
-            export_hub(source, out, args.quiet)
+            export_hub(source, out, args.quiet, args.repo_url or REPO_URL_PLACEHOLDER)
         else:
             export_tsv(source, out, args.quiet)
     except ExportError as error:
@@ -813,6 +963,9 @@ def run_export(args, out: Path, prog: str) -> int:
         return 1
     if not args.quiet:
         print(f"exported {len(source.records)} images to {out}", file=sys.stderr)
+        if args.export_hub and not args.repo_url:
+            print(f"note: the card's repository link is a placeholder ({REPO_URL_PLACEHOLDER}): "
+                  "export again with --repo-url URL before publishing", file=sys.stderr)
     return 0
 
 

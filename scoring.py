@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import difflib
 import io
 import itertools
 import json
@@ -29,6 +30,19 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from statistics import NormalDist
 from typing import Iterator, NamedTuple
+
+# ---------------------------------------------------------------------------
+# The prompt: every harness puts the same text to the model
+
+# The one line added to the record's question, in every harness (lmms-eval, the VLMEvalKit TSV, the
+# dataset card). extract_answer looks for this marker first; --strict reads nothing else.
+ANSWER_FORMAT = "Answer with a single integer in the form 'Answer: N'."
+
+
+def evaluation_prompt(question: str) -> str:
+    """The text shown with each image: the record's question, unchanged, then ANSWER_FORMAT on its own line."""
+    return f"{question}\n{ANSWER_FORMAT}"
+
 
 # ---------------------------------------------------------------------------
 # Reading a reply: the count it commits to
@@ -55,7 +69,7 @@ _DATE = re.compile(r"\b[0-9]{1,4}([/.-])[0-9]{1,2}\1[0-9]{1,4}\b")  # "12/05/202
 _CORRECTION = re.compile(
     r"\b(?:wait|on\s+(?:closer|second)\s+(?:inspection|look|thought)|let\s+me\s+(?:re-?count|re-?check|double[- ]check)"
     r"|re-?counting|(?<!-)correct(?:ion|ing)|I\s+(?:miscounted|was\s+wrong|made\s+a\s+mistake)"
-    r"|(?<![A-Za-z] )no(?=[,.!]\s))\b"  # "5 ... no, 7", not "loop no. 3"
+    r"|(?:(?<![A-Za-z] )|(?<=actually )|(?<=actually, ))no(?=[,.!]\s))\b"  # "5 ... no, 7", not "loop no. 3"
     r"|\bactually,?(?=\s+(?:there\s+(?:are|is)|it'?s|it\s+is|I\s+count|the\s+(?:answer|count|total)\s+is))",
     re.IGNORECASE,
 )
@@ -72,12 +86,14 @@ _NUMBER_WORDS = {
 _UNIT_WORDS = "|".join(word for word, value in _NUMBER_WORDS.items() if 1 <= value <= 9)
 
 # A number is a run of ASCII digits (optionally with a decimal part, so that
-# "7.5" is seen whole and rejected rather than read as 7) that is not glued to
-# a letter: "7th", "2D", "Loop7" and "x7" are not counts. CJK text is fine:
-# "7个" parses, because only ASCII letters block a match. Number words are
-# whole words; "twenty-one" is one token, not the range "twenty to one".
+# "7.5" is seen whole and rejected rather than read as 7; and with thousands
+# separators, so that "1,000" is not read as 1) that is not glued to a letter:
+# "7th", "2D", "Loop7" and "x7" are not counts. CJK text is fine: "7个"
+# parses, because only ASCII letters block a match. Number words are whole
+# words; "twenty-one" is one token, not the range "twenty to one".
 _NUMBER_PATTERN = (
-    r"(?<![A-Za-z0-9_.])(?P<digits>[0-9]+(?:\.[0-9]+)?)(?![A-Za-z0-9_]|\.[0-9])"
+    r"(?<![A-Za-z0-9_.])(?P<digits>(?:[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+)(?:\.[0-9]+)?)"
+    r"(?![A-Za-z0-9_]|\.[0-9])"
     rf"|\b(?P<word>twenty(?:[ -](?:{_UNIT_WORDS}))?|{'|'.join(_NUMBER_WORDS)})\b"
 )
 _NUMBER_RE = re.compile(_NUMBER_PATTERN, re.IGNORECASE)
@@ -87,7 +103,9 @@ _PERCENT_AFTER = re.compile(r"\s*(?:%|percent\b)", re.IGNORECASE)
 # of a reply and turn 7 into 1. "one loop" is always a count.
 _COUNT_ONE_AFTER = re.compile(r"[\s*_]+(?:[a-z-]+\s+){0,2}(?:loops?|rings?|curves?)\b", re.IGNORECASE)
 _PRONOUN_ONE_AFTER = re.compile(
-    r"\s+(?:of|another|by|that|which|who|for|is|was|has|inside|within|more)\b", re.IGNORECASE)
+    r"\s+(?:of|another|by|that|which|who|for|is|was|has|inside|within|more"
+    r"|could|would|might|may|can|should|must|will)\b",  # "one could argue": a pronoun
+    re.IGNORECASE)
 _PRONOUN_ONE_BEFORE = re.compile(  # a determiner and up to three describing words, no verb: not "the answer is one"
     r"\b(?:the|this|that|each|every|which|another|a|an|some|any|no|by)\s+"
     r"(?:(?!(?:is|are|was|were|be|has|shows?|contains?)\b)[a-z0-9-]+,?\s+){0,3}$",
@@ -129,6 +147,9 @@ _DIMENSION_AFTER = re.compile(r"[ \t]*[×x][ \t]*[0-9]")
 _DIMENSION_BEFORE = re.compile(r"(?:[0-9][ \t]*[×x]|×)[ \t]*$")
 _RATIO_AFTER = re.compile(r"[ \t]+out[ \t]+of[ \t]+[0-9]", re.IGNORECASE)
 _RATIO_BEFORE = re.compile(r"[0-9][ \t]+out[ \t]+of[ \t]+$", re.IGNORECASE)
+# and the parts of a power ("2^3", "2³"): the reply gives an expression, not a count.
+_POWER_AFTER = re.compile(r"[ \t]*\^|[⁰¹²³⁴⁵⁶⁷⁸⁹]")
+_POWER_BEFORE = re.compile(r"\^[ \t]*$")
 
 # "loops" and up to three words before it: "distinct closed loops" after a count.
 _LOOP_NOUN = r"(?:[a-z-]+[ \t]+){0,3}loops?"
@@ -228,7 +249,7 @@ def _exclusion(text, m, before, list_items):
         return "figure"
     if _SET_ASIDE_BEFORE.search(before):
         return "aside"
-    if _is_sum_part(text, m, before):
+    if _is_sum_part(text, m, before) or _POWER_AFTER.match(text, m.end()) or _POWER_BEFORE.search(before):
         return "sum"
     if (_COMPOUND_AFTER.match(text, m.end()) or _DIMENSION_AFTER.match(text, m.end()) or _DIMENSION_BEFORE.search(before)
             or _RATIO_AFTER.match(text, m.end()) or _RATIO_BEFORE.search(before)):
@@ -275,7 +296,7 @@ def _find_numbers(text):
         if kind is not None or _PERCENT_AFTER.match(text, m.end()):
             continue
         if m.group("digits"):
-            digits = m.group("digits")
+            digits = m.group("digits").replace(",", "")
             # Whole numbers read exactly (a float rounds a 24-digit one); from 309 digits a float gives inf,
             # which _committed_value turns down.
             value = int(digits) if "." not in digits and len(digits) <= 308 else float(digits)
@@ -397,14 +418,17 @@ def _last_in_reply(numbers, indices):
 
 # Gaps between two different numbers that make a reply name two candidates:
 # "7 or 8", "7-8", "7 to 8", "7/8", "7 ± 1", "7, give or take 1", "7 (or possibly 8)",
-# "**7** or **8**", "7 loops or 8", "7 oder 8".
-_AFTER_FIRST_COUNT = rf"(?:[ \t*_]+{_LOOP_NOUN})?[ \t*_()$,]*"  # "7 loops, ", "7 (", "**7** "
+# "**7** or **8**", "7 loops or 8", "7 oder 8", "7? Or is it 8?", "7... or is it 8?".
+_AFTER_FIRST_COUNT = rf"(?:[ \t*_]+{_LOOP_NOUN})?(?:\.\.\.?|…)?[ \t*_()$,?]*"  # "7 loops, ", "7 (", "**7** ", "7? "
 _ALTERNATIVE_GAP = re.compile(
     _AFTER_FIRST_COUNT +
-    r"(?:or|to|-|–|—|~|/|±|\+/-|give\s+or\s+take|o|ou|oder|或|到|至)[ \t*_()$]*"
+    r"(?:(?:[—–-][ \t]*)?or(?:\s+(?:is|was)\s+it\b)?|to|-|–|—|~|/|±|\+/-|give\s+or\s+take|o|ou|oder|或|到|至)"
+    r"[ \t*_()$]*"
     r"(?:(?:maybe|possibly|perhaps|probably)\s*)?",
     re.IGNORECASE,
 )
+# Counts listed with commas ("7, 8, or 9"): the list names candidates if its last gap is an alternative.
+_LIST_GAP = re.compile(r"[ \t*_]*,[ \t*_]*")
 # Softer second candidates hedge only when the second number ends the thought
 # ("7 (possibly 2 are hidden)" does not): right after the first count, "7, possibly 8",
 # "7 loops (maybe 8)", "7, though it could be 8", ...
@@ -414,11 +438,14 @@ _MAYBE_GAP = re.compile(
     re.IGNORECASE,
 )
 # ... or opening a later clause, whatever stands between: "7 loops, although I'm not sure —
-# maybe 8", "10 loops. However, ..., so it could be 11", "there may be 8". A modal needs "it",
-# "there" or "that" (or a sentence start) before it: in "Loop 3 might be 2 loops" a part is hedged.
+# maybe 8", "10 loops. However, ..., so it could be 11", "there may be 8", "one could argue for 7".
+# A modal needs "it", "there" or "that" (or a sentence start) before it: in "Loop 3 might be 2 loops"
+# a part is hedged.
 _LATER_HEDGE = re.compile(
     r"(?:(?:[,;:.!?(—–]|\s-|\b(?:so|but|or|though|although|and))[\s*_]*(?:maybe|possibly|perhaps)"
-    r"|(?:\b(?:it|there|that)|[.!?;:—–]|\s-)[\s*_]*(?:could|might|may)\s+(?:also\s+|well\s+)?be)[ \t*_()$]*\Z",
+    r"|(?:\b(?:it|there|that)|[.!?;:—–]|\s-)[\s*_]*(?:could|might|may)\s+(?:also\s+|well\s+)?be"
+    r"|\b(?:one|some(?:one|body)?|others|you|we|people)\s+(?:could|might|may|would)\s+(?:also\s+|well\s+)?"
+    r"(?:argue|say|claim|count)(?:\s+(?:for|that\s+there\s+are))?)[ \t*_()$]*\Z",
     re.IGNORECASE,
 )
 _HEDGE_CHARS = 40  # how far back from a later count _LATER_HEDGE looks
@@ -461,6 +488,16 @@ def _hedges_later_count(text, a, b):
     return bool(hedge and _ENDS_AFTER.match(text, b.end))
 
 
+def _list_around(text, numbers, i):
+    """The first and last position of the comma list of numbers that numbers[i] stands in ("7, 8, or 9")."""
+    first = last = i
+    while first > 0 and _LIST_GAP.fullmatch(text, numbers[first - 1].end, numbers[first].start):
+        first -= 1
+    while last + 1 < len(numbers) and _LIST_GAP.fullmatch(text, numbers[last].end, numbers[last + 1].start):
+        last += 1
+    return first, last
+
+
 def _committed_value(text, numbers, i):
     """The count that `numbers[i]` commits to, or None when it is hedged, a bound or not a count."""
     chosen = numbers[i]
@@ -468,7 +505,8 @@ def _committed_value(text, numbers, i):
         return None  # a digit run of 309 or more (a model stuck repeating) is no count either
     if _BOUND_BEFORE.search(text[max(0, chosen.start - 30):chosen.start]) or _BOUND_AFTER.match(text, chosen.end):
         return None
-    for left, right in ((i - 1, i), (i, i + 1)):
+    first, last = _list_around(text, numbers, i)
+    for left, right in ((first - 1, first), (last, last + 1)):
         if left < 0 or right >= len(numbers):
             continue
         a, b = numbers[left], numbers[right]
@@ -497,8 +535,8 @@ def _committed_value(text, numbers, i):
 
 
 def _read_count(text, numbers, clauses, begin):
-    """The count text commits to from position begin on (see extract_answer), and whether a marker
-    or a primary number gave it (False: no such count there)."""
+    """The count text commits to from position begin on (see extract_answer), and what gave it:
+    "marker", "claim" (a claimed count), "primary" (another primary count) or "" (no such count there)."""
     first = bisect.bisect_left([number.start for number in numbers], begin)
     pools = {False: [i for i in range(first, len(numbers)) if not numbers[i].conditional]}
     pools[True] = [i for i in pools[False] if numbers[i].primary]  # a tally marks only a primary count: not "14 crossings"
@@ -512,11 +550,31 @@ def _read_count(text, numbers, clauses, begin):
         window = slice(bisect.bisect_left(pool_starts[tally], start), bisect.bisect_left(pool_starts[tally], end))
         inside = [i for i in pools[tally][window] if numbers[i].end <= end]
         if inside:
-            return _committed_value(text, numbers, _first_in_clause(numbers, inside)), True
+            chosen = _first_in_clause(numbers, inside)
+            first, last = _list_around(text, numbers, chosen)
+            if any(_two_candidates(numbers[chosen], numbers[k]) for k in range(first, last + 1)):
+                return None, "marker"  # "Answer: 7, 8, 9": several counts given as the answer
+            return _committed_value(text, numbers, chosen), "marker"
     if first == len(numbers):
-        return None, False
+        return None, ""
     chosen = _last_in_reply(numbers, range(first, len(numbers)))
-    return _committed_value(text, numbers, chosen), numbers[chosen].primary
+    source = "claim" if numbers[chosen].claimed else "primary" if numbers[chosen].primary else ""
+    return _committed_value(text, numbers, chosen), source
+
+
+def _marked_before(text, end):
+    """The count the last final-answer marker before position end commits to, or None."""
+    head = text[:end]
+    value, source = _read_count(head, _find_numbers(head), _marker_clauses(head), 0)
+    return value if source == "marker" else None
+
+
+def _final_reply(response: str) -> "str | None":
+    """The reply after its reasoning draft, full-width digits made ASCII; None for a draft never closed."""
+    reply = _THINK_END.split(response)[-1]
+    if _THINK_START.match(reply.lstrip()):
+        return None
+    return reply.translate(_FULL_WIDTH_DIGITS)
 
 
 def extract_answer(response: str) -> "int | None":
@@ -539,18 +597,48 @@ def extract_answer(response: str) -> "int | None":
     >>> extract_answer("The answer is 7 or 8.") is None
     True
     """
-    reply = _THINK_END.split(response)[-1]
-    if _THINK_START.match(reply.lstrip()):
+    reply = _final_reply(response)
+    if reply is None:
         return None
-    text = _LATEX_TEXT.sub(r"\1", reply.translate(_FULL_WIDTH_DIGITS))
-    text = _DATE.sub(" ", _MARKUP_TAG.sub(" ", text))
+    text = _DATE.sub(" ", _MARKUP_TAG.sub(" ", _LATEX_TEXT.sub(r"\1", reply)))
     numbers, clauses = _find_numbers(text), _marker_clauses(text)
-    corrections = [m.end() for m in _CORRECTION.finditer(text)]
+    corrections = list(_CORRECTION.finditer(text))
     if corrections:
-        value, found = _read_count(text, numbers, clauses, corrections[-1])
-        if found:
+        correction = corrections[-1]
+        value, source = _read_count(text, numbers, clauses, correction.end())
+        if source:
+            # A bare "no" after a final answer takes it back without giving another ("Final answer: 7.
+            # Actually no, 8."): two answers. A correction that claims or marks its count replaces it.
+            if (correction.group().lower() == "no" and source == "primary" and clauses
+                    and clauses[0][0] < correction.start()  # a marker before it: read what it gave
+                    and _marked_before(text, correction.start()) not in (None, value)):
+                return None
             return value
     return _read_count(text, numbers, clauses, 0)[0]
+
+
+# The strict reading: "Answer: N" as ANSWER_FORMAT asks, ending its line (any case; markdown emphasis
+# and a closing full stop allowed), N digits, with thousands separators or not. At most 18 digits:
+# a longer run is no count, and int() of thousands of digits fails.
+_ANSWER_LINE = re.compile(
+    r"\banswer[ \t*_]*:[ \t*_]*(?P<n>[0-9]{1,3}(?:,[0-9]{3}){1,5}|[0-9]{1,18})[ \t*_]*\.?[ \t]*$",
+    re.IGNORECASE | re.MULTILINE)
+
+
+def extract_answer_line(response: str) -> "int | None":
+    """The strict reading: the count of the reply's last "Answer: N" that ends its line, or None.
+
+    Only the line the prompt asks for counts, so every harness grades alike; a reply that states its
+    count any other way reads as unparsable.
+
+    >>> extract_answer_line("I count 7 loops.\nAnswer: 7")
+    7
+    >>> extract_answer_line("I count 7 loops.") is None
+    True
+    """
+    reply = _final_reply(response)
+    found = _ANSWER_LINE.findall(reply) if reply is not None else []
+    return int(found[-1].replace(",", "")) if found else None
 
 
 def score_answer(response: str, answer: int) -> float:
@@ -602,12 +690,39 @@ def _json_failure(error: Exception) -> str:
     return str(error).split(";")[0]  # "Exceeds the limit (4300 digits) for integer string conversion"
 
 
+# A spreadsheet's first bytes: .xlsx is a ZIP archive, .xls an OLE2 compound file.
+SPREADSHEET_MAGIC = (b"PK\x03\x04", b"\xd0\xcf\x11\xe0")
+SPREADSHEET_ADVICE = ("a spreadsheet (VLMEvalKit writes .xlsx unless told otherwise): run VLMEvalKit with "
+                      "PRED_FORMAT=tsv, or save the sheet as .tsv or .csv, and grade that")
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes. A device (/dev/zero never ends) is refused, and so is a named pipe with nothing
+    writing to it, which a plain read would wait on forever; a pipe being written (<(...)) is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except IsADirectoryError:  # Windows cannot open a folder at all
+        raise EvaluationError(f"{path} is a folder, not a file") from None
+    mode = os.fstat(fd).st_mode  # before fdopen, which refuses a folder naming only the descriptor
+    if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        os.close(fd)
+        raise EvaluationError(f"{path} is a {'folder' if stat.S_ISDIR(mode) else 'device'}, not a file")
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        if stat.S_ISFIFO(mode):
+            first = f.read(1 << 16)  # b"" at once when no writer holds the pipe open; None: nothing written yet
+            if first == b"":
+                raise EvaluationError(f"{path} is a named pipe that nothing is writing to; "
+                                      "give the predictions file itself")
+            os.set_blocking(fd, True)  # the writer is there: wait for the rest
+            return (first or b"") + f.read()
+        return f.read()  # O_NONBLOCK does nothing to a regular file
+
+
 def _read_text(path: Path, where) -> str:
     """The file as text; invalid UTF-8 is an EvaluationError naming its line (where(n) words the place)."""
-    mode = path.stat().st_mode
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):  # /dev/zero never ends; a pipe (<(...)) does, and is read
-        raise EvaluationError(f"{path} is a device, not a file")
-    raw = path.read_bytes()
+    raw = _read_bytes(path)
+    if raw.startswith(SPREADSHEET_MAGIC):  # before decoding: "not UTF-8 text (byte 0x8f)" would say nothing useful
+        raise EvaluationError(f"{path}: {SPREADSHEET_ADVICE}")
     try:
         # utf-8-sig: editors on Windows prepend a BOM that json.loads rejects.
         return raw.decode("utf-8-sig")
@@ -823,15 +938,15 @@ def read_predictions(path) -> Iterator[tuple[str, dict]]:
     "response", "image" / "index" / "position", and any of IDENTITY_FIELDS.
     """
     path = Path(path)
-    text = _read_text(path, lambda n: f"{path} line {n}")
     suffix = path.suffix.lower()
+    if suffix in (".xlsx", ".xls"):
+        raise EvaluationError(f"{path}: {SPREADSHEET_ADVICE}")
+    text = _read_text(path, lambda n: f"{path} line {n}")
     first = next((line for _, line in _numbered_lines(text)), "")
     if suffix in (".csv", ".tsv") or ("prediction" in first and not first.lstrip().startswith(("{", "["))):
         delimiter = "\t" if suffix == ".tsv" or (suffix != ".csv" and "\t" in first) else ","
         yield from _table_predictions(path, text, delimiter)
         return
-    if suffix in (".xlsx", ".xls"):
-        raise EvaluationError(f"{path}: a spreadsheet; export it as CSV or TSV")
     document = _one_document(path, text, first.strip())
     if document is not _LINES:
         samples = document.get("logs") if isinstance(document, dict) else document
@@ -911,23 +1026,34 @@ def _wilson_interval(successes, trials, confidence=0.95):
 
 
 class _Items(NamedTuple):
-    """The annotation records, found by image path, by index and by position."""
+    """The annotation records, found by image path, by index and by position; by_name finds a record
+    by its image's file name alone, to say what a prediction naming "tangled_loops_00007.png" meant."""
     records: list
     by_image: dict
     by_index: dict
+    by_name: dict
 
 
 def _index_records(records: list) -> _Items:
     if not records:
         raise EvaluationError("no annotation records to evaluate against")
-    by_image, by_index = {}, {}
+    by_image, by_index, by_name = {}, {}, {}
     for record in records:
         image = _normalise_image_path(record["image"])
         if image in by_image or record["index"] in by_index:
             raise EvaluationError(f"annotation records repeat image {record['image']!r} or index {record['index']!r}")
         by_image[image] = record
         by_index[record["index"]] = record
-    return _Items(records, by_image, by_index)
+        by_name.setdefault(posixpath.basename(image), record)
+    return _Items(records, by_image, by_index, by_name)
+
+
+def _unknown_image(image, items: _Items) -> str:
+    """Why an image names no record, with the form the records use ("images/tangled_loops_00007.png")."""
+    named = items.by_name.get(posixpath.basename(_normalise_image_path(image))) if isinstance(image, str) else None
+    example = (named or items.records[0])["image"]
+    hint = "did you mean" if named else "expected a path relative to the dataset folder, as in annotations.jsonl, such as"
+    return f"unknown image {_shown(image)} ({hint} {example!r}, or give its \"index\")"
 
 
 def _record_for(prediction, items: _Items, where):
@@ -936,7 +1062,7 @@ def _record_for(prediction, items: _Items, where):
     if "image" in prediction:
         image = prediction["image"]
         if not isinstance(image, str) or _normalise_image_path(image) not in items.by_image:
-            raise EvaluationError(f"{where}: unknown image {_shown(image)}")
+            raise EvaluationError(f"{where}: {_unknown_image(image, items)}")
         found.append(items.by_image[_normalise_image_path(image)])
     if "index" in prediction:
         index = prediction["index"]
@@ -1071,16 +1197,29 @@ def accuracy_by_crossings(records, readings) -> list[dict]:
     return rows
 
 
-def grade(records: list, predictions_path, dataset_dir=None) -> tuple[dict, list[dict]]:
+READINGS = {False: "lenient: the count the reply commits to (docs/scoring.md)",
+            True: "strict: only \"Answer: N\" ending a line counts"}
+
+
+def assumed_prompt(records: list) -> str:
+    """The prompt the grading assumes: evaluation_prompt of the records' question (a placeholder if the
+    records hold none, or not one shared by all)."""
+    questions = {record.get("question") for record in records}
+    question = questions.pop() if len(questions) == 1 else None
+    return evaluation_prompt(question if isinstance(question, str) else "<the record's question>")
+
+
+def grade(records: list, predictions_path, dataset_dir=None, strict=False) -> tuple[dict, list[dict]]:
     """The report (see evaluate_predictions) and one row per record in dataset order:
     image, answer, predicted (int or None), correct and reply_tail (None for a missing reply)."""
     items = _index_records(records)
     dataset_label = str(dataset_dir) if dataset_dir is not None else "the annotations"
     responses = _read_responses(predictions_path, items, dataset_label)
+    read = extract_answer_line if strict else extract_answer
     rows, pairs, missing, readings = [], [], [], {}
     for record in records:
         response = responses.get(record["index"])
-        predicted = None if response is None else extract_answer(response)
+        predicted = None if response is None else read(response)
         rows.append({"image": record["image"], "answer": record["answer"], "predicted": predicted,
                      "correct": predicted == record["answer"],
                      "reply_tail": None if response is None else response[-REPLY_TAIL_CHARS:]})
@@ -1094,6 +1233,9 @@ def grade(records: list, predictions_path, dataset_dir=None) -> tuple[dict, list
     low, high = _wilson_interval(n_correct, n_items)
     report = {"dataset": load_dataset_info(dataset_dir)} if dataset_dir is not None else {}
     report.update({
+        "predictions": str(predictions_path),
+        "prompt": assumed_prompt(records),
+        "reading": "strict" if strict else "lenient",
         "n_items": n_items,
         "n_predicted": len(responses),
         "n_missing": len(missing),
@@ -1101,6 +1243,8 @@ def grade(records: list, predictions_path, dataset_dir=None) -> tuple[dict, list
         "n_correct": n_correct,
         "accuracy": n_correct / n_items,
         "accuracy_ci95": [low, high],
+        # A partial run's headline counts the items it never asked as wrong; this says how the answered fared.
+        "accuracy_answered": n_correct / len(responses) if responses else None,
         "per_n": accuracy_by_count((row["answer"], row["predicted"]) for row in rows),
         **error_figures(pairs),
         **baselines([record["answer"] for record in records]),
@@ -1110,8 +1254,9 @@ def grade(records: list, predictions_path, dataset_dir=None) -> tuple[dict, list
     return report, rows
 
 
-def evaluate_predictions(records: list, predictions_path, dataset_dir=None) -> dict:
-    """Grade a predictions file (see read_predictions) against the annotation records.
+def evaluate_predictions(records: list, predictions_path, dataset_dir=None, strict=False) -> dict:
+    """Grade a predictions file (see read_predictions) against the annotation records; strict reads
+    each reply with extract_answer_line instead of extract_answer.
 
     An EvaluationError (a ValueError) naming the 1-based line is raised for malformed JSON,
     a missing or non-string response, an unknown image or index, a second prediction for
@@ -1119,8 +1264,10 @@ def evaluate_predictions(records: list, predictions_path, dataset_dir=None) -> d
     Items without a prediction count as wrong and are listed under "missing".
 
     Returned keys: dataset (with dataset_dir: folder, seed, n, generator_version, mode),
+    predictions (the path given), prompt (assumed_prompt), reading ("lenient" or "strict"),
     n_items, n_predicted, n_missing, missing (image paths), n_correct, accuracy and
-    accuracy_ci95 (Wilson, over all items), per_n {answer: {n_items, n_correct, accuracy}},
+    accuracy_ci95 (Wilson, over all items), accuracy_answered (n_correct / n_predicted, None
+    when nothing was predicted), per_n {answer: {n_items, n_correct, accuracy}},
     n_unparsed (replies with no committed integer), n_parsed, and over the parsed replies
     mean_abs_error, bias (mean signed error), off_by_one (share with |error| == 1), n_over,
     n_under (None where nothing parsed); baseline_constant {answer, accuracy} (always the
@@ -1136,7 +1283,7 @@ def evaluate_predictions(records: list, predictions_path, dataset_dir=None) -> d
     >>> report["accuracy"], report["missing"]
     (0.5, ['images/b.png'])
     """
-    return grade(records, predictions_path, dataset_dir)[0]
+    return grade(records, predictions_path, dataset_dir, strict)[0]
 
 
 # ---------------------------------------------------------------------------
@@ -1177,7 +1324,7 @@ def format_report(report: dict) -> str:
     predicted            2
     missing              0
     unparsable           0
-    accuracy         0.500  (95% CI 0.095-0.905)
+    accuracy         0.500  (95% CI 0.095-0.905; missing and unparsable count as wrong)
     mean abs error   0.500  (over 2 parsed)
     off by one       0.500  (share of parsed)
     over / under     1 / 0
@@ -1188,7 +1335,14 @@ def format_report(report: dict) -> str:
     """
     low, high = report["accuracy_ci95"]
     over_under = f"{report['n_over']} / {report['n_under']}"
-    lines = [_dataset_line(report["dataset"]), ""] if "dataset" in report else []
+    lines = [_dataset_line(report["dataset"])] if "dataset" in report else []
+    if "predictions" in report:
+        lines.append(f"{'predictions':<15}{report['predictions']}")
+    if "prompt" in report:  # the question, then the answer-format line, each line of it indented alike
+        lines += [f"{'prompt' if k == 0 else '':<15}{line}" for k, line in enumerate(report["prompt"].split("\n"))]
+    if "reading" in report:
+        lines.append(f"{'reading':<15}{READINGS[report['reading'] == 'strict']}")
+    lines += [""] if lines else []
     lines += [
         f"{'items':<15}{report['n_items']:>7}",
         f"{'predicted':<15}{report['n_predicted']:>7}",
@@ -1200,9 +1354,12 @@ def format_report(report: dict) -> str:
         lines[-1] += f"  ({shown}{more})"
     lines += [
         f"{'unparsable':<15}{report['n_unparsed']:>7}",
-        f"{'accuracy':<15}{report['accuracy']:>7.3f}  (95% CI {low:.3f}-{high:.3f})",
+        f"{'accuracy':<15}{report['accuracy']:>7.3f}  (95% CI {low:.3f}-{high:.3f}; missing and unparsable count as wrong)",
         f"{'mean abs error':<15}{_share(report['mean_abs_error']):>7}  (over {report['n_parsed']} parsed)",
     ]
+    if "accuracy_answered" in report:
+        lines.insert(-1, f"{'answered':<15}{_share(report['accuracy_answered']):>7}  "
+                         f"(accuracy over the {report['n_predicted']} items with a reply)")
     if "bias" in report:
         bias = "n/a" if report["bias"] is None else f"{report['bias']:+.3f}"
         lines.append(f"{'bias':<15}{bias:>7}  (mean signed error: + counts too many)")
@@ -1261,8 +1418,20 @@ PLOT_GRID = (225, 225, 230)
 ACCURACY_TITLE = "accuracy by N (bars), 95% Wilson interval, dashed: chance"
 
 
+TITLE_LINE_PX = 14  # one line of the default font, with its spacing
+
+
+def plot_source(report: dict) -> str:
+    """The line naming what a plot shows: the predictions file and the dataset graded."""
+    info = report.get("dataset")
+    graded = (f"{Path(info['folder']).name or info['folder']} (seed {info.get('seed')}, n {info.get('n')})"
+              if info else "the annotations")
+    reading = ", strict reading" if report.get("reading") == "strict" else ""
+    return f"{Path(report.get('predictions', '?')).name} on {graded}{reading}"
+
+
 class AccuracyPlotLayout(NamedTuple):
-    """Where plot_accuracy_by_count draws, in pixels; the title starts at (left, 8)."""
+    """Where plot_accuracy_by_count draws, in pixels; the title lines start at (left, 8)."""
     left: int  # the bars' and the title's left edge; the axis labels sit before it
     top: int  # y of the 1.00 grid line
     plot_h: int  # from the 1.00 to the 0.00 grid line
@@ -1272,22 +1441,26 @@ class AccuracyPlotLayout(NamedTuple):
     right: int  # where the grid and the chance line end
 
 
-def accuracy_plot_layout(n_values: int, title_px: float) -> AccuracyPlotLayout:
-    """The layout of the accuracy-by-N picture for n_values bars and a title title_px wide as drawn.
+def accuracy_plot_layout(n_values: int, title_px: float, title_lines: int = 1) -> AccuracyPlotLayout:
+    """The layout of the accuracy-by-N picture for n_values bars and a title of title_lines lines, the
+    widest title_px wide as drawn.
 
     The picture is as wide as its bars need, but never narrower than 260 px nor than its title
     (with 4 answers the bars alone would cut the title off)."""
-    left, top, bottom, bar_px, plot_h, margin = 50, 30, 40, 44, 260, 10
+    left, bottom, bar_px, plot_h, margin = 50, 40, 44, 260, 10
+    top = 30 + TITLE_LINE_PX * (title_lines - 1)
     width = max(left + bar_px * n_values + 20, 260, left + math.ceil(title_px) + margin)
     return AccuracyPlotLayout(left, top, plot_h, bar_px, width, top + plot_h + bottom, width - margin)
 
 
-def plot_accuracy_by_count(per_n: dict, chance: float):
-    """Accuracy per N as bars, each with its 95 % Wilson interval, and chance as a dashed line."""
+def plot_accuracy_by_count(per_n: dict, chance: float, source: str = ""):
+    """Accuracy per N as bars, each with its 95 % Wilson interval, and chance as a dashed line; source
+    (plot_source), if given, heads the picture."""
     Image, ImageDraw, ImageFont = _pillow()
     font = ImageFont.load_default()
-    title_px = font.getlength(ACCURACY_TITLE)
-    left, top, plot_h, bar_px, width, height, right = accuracy_plot_layout(len(per_n), title_px)
+    title = [line for line in (source, ACCURACY_TITLE) if line]
+    title_px = max(font.getlength(line) for line in title)
+    left, top, plot_h, bar_px, width, height, right = accuracy_plot_layout(len(per_n), title_px, len(title))
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
 
@@ -1309,33 +1482,45 @@ def plot_accuracy_by_count(per_n: dict, chance: float):
         draw.text((centre - 6, y_of(0) + 6), str(n), fill=PLOT_INK, font=font)
     for x in range(left, right, 12):  # dashed: the chance line
         draw.line([(x, y_of(chance)), (min(x + 6, right), y_of(chance))], fill=PLOT_CHANCE, width=2)
-    draw.text((left, 8), ACCURACY_TITLE, fill=PLOT_INK, font=font)
+    for k, line in enumerate(title):
+        draw.text((left, 8 + TITLE_LINE_PX * k), line, fill=PLOT_INK, font=font)
     draw.text((width // 2 - 4, height - 16), "N", fill=PLOT_INK, font=font)
     return image
 
 
-def plot_confusion(confusion: dict):
+CONFUSION_TITLE = "confusion: rows truth, columns reading; shade: share of the row's replies"
+PLOT_MISSING = (232, 232, 232)  # the missing column's cells: grey, outside the colour scale
+
+
+def plot_confusion(confusion: dict, source: str = ""):
     """Truth (rows) by reading (columns, "none" unparsable), each cell's count written in it and
-    shaded by its share of the row; the diagonal is outlined."""
+    shaded by its share of the row's replies; the diagonal is outlined. Items with no reply
+    ("missing") are counted in a grey column of their own and set no shade: in a partial run they
+    would fill each row and fade every reading to white."""
     Image, ImageDraw, ImageFont = _pillow()
     font = ImageFont.load_default()
     columns = confusion_columns(confusion)
     truths = sorted(confusion, key=_column_order)
-    cell, left, top = 36, 70, 60
-    image = Image.new("RGB", (left + cell * len(columns) + 10, top + cell * len(truths) + 10), "white")
+    title = [line for line in (source, CONFUSION_TITLE) if line]
+    cell, left = 36, 70
+    top = 60 + TITLE_LINE_PX * (len(title) - 1)
+    width = max(left + cell * len(columns), left + math.ceil(max(font.getlength(line) for line in title))) + 10
+    image = Image.new("RGB", (width, top + cell * len(truths) + 10), "white")
     draw = ImageDraw.Draw(image)
-    draw.text((left, 8), "confusion: rows truth, columns reading", fill=PLOT_INK, font=font)
+    for k, line in enumerate(title):
+        draw.text((left, 8 + TITLE_LINE_PX * k), line, fill=PLOT_INK, font=font)
     for j, column in enumerate(columns):
         draw.text((left + j * cell + 4, top - 18), str(column), fill=PLOT_INK, font=font)
     for i, truth in enumerate(truths):
         row = confusion[truth]
-        total = sum(row.values())
+        replies = sum(count for column, count in row.items() if str(column) != "missing")
         draw.text((left - 30, top + i * cell + 12), str(truth), fill=PLOT_INK, font=font)
         for j, column in enumerate(columns):
             count = row.get(column, 0)
             box = [left + j * cell, top + i * cell, left + (j + 1) * cell - 1, top + (i + 1) * cell - 1]
-            fade = 1 - count / total if total else 1
-            fill = tuple(round(255 * fade + c * (1 - fade)) for c in (40, 90, 170))
+            fade = 1 - count / replies if replies and str(column) != "missing" else 1
+            fill = PLOT_MISSING if str(column) == "missing" else tuple(
+                round(255 * fade + c * (1 - fade)) for c in (40, 90, 170))
             diagonal = str(column) == str(truth)
             draw.rectangle(box, fill=fill, outline=PLOT_CHANCE if diagonal else PLOT_GRID, width=2 if diagonal else 1)
             if count:
@@ -1380,8 +1565,9 @@ def write_report_dir(report_dir, report: dict, rows: list[dict], text: str) -> N
     atomically; other files there are left alone."""
     report_dir = Path(report_dir)
     check_report_dir(report_dir)
-    plots = {"accuracy_by_count.png": plot_accuracy_by_count(report["per_n"], report["chance"]),
-             "confusion.png": plot_confusion(report["confusion"])}  # drawn first: no Pillow, no files
+    source = plot_source(report)
+    plots = {"accuracy_by_count.png": plot_accuracy_by_count(report["per_n"], report["chance"], source),
+             "confusion.png": plot_confusion(report["confusion"], source)}  # drawn first: no Pillow, no files
     report_dir.mkdir(parents=True, exist_ok=True)
     _write_atomic(report_dir / "report.txt", (text + "\n").encode("utf-8"))
     per_item = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
@@ -1421,9 +1607,12 @@ def build_parser(prog: str = "scoring.py") -> OneLineParser:
     p.add_argument("--evaluate", type=file_path, metavar="PREDICTIONS",
                    help='the replies: JSONL of {"image": ..., "response": ...} lines ("index": N may stand for '
                         '"image", or both if they agree; optionally with pixel_sha256, seed, answer), '
-                        "lmms-eval --log_samples output, or a VLMEvalKit .csv/.tsv")
+                        "lmms-eval --log_samples output, or a VLMEvalKit .csv/.tsv (run it with PRED_FORMAT=tsv)")
     p.add_argument("--dataset", type=folder, metavar="DIR",
                    help="dataset folder holding annotations.jsonl (default: the folder holding scoring.py)")
+    p.add_argument("--strict", action="store_true",
+                   help='read only "Answer: N" ending a line, the form the prompt asks for, so that numbers from '
+                        "different harnesses compare; any other reply is unparsable")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.add_argument("--report-dir", type=folder, metavar="R",
                    help="also write report.txt, per_item.jsonl, accuracy_by_count.png and confusion.png into R")
@@ -1447,17 +1636,30 @@ def _print_to_pipe(text: str) -> None:
         os.close(devnull)
 
 
+GRADING_FLAGS = ("--evaluate", "--dataset", "--strict", "--json", "--report-dir")
+
+
+def unknown_flags_message(flags: list[str]) -> str:
+    """One line naming flags grading does not take, with the nearest one it does ("--evalute")."""
+    named = []
+    for flag in flags:
+        near = difflib.get_close_matches(flag, GRADING_FLAGS, n=1, cutoff=0.75)
+        named.append(f"{flag} (did you mean {near[0]}?)" if near else flag)
+    return (f"unknown flag{'s' if len(flags) > 1 else ''}: grading takes only --evaluate PREDICTIONS, "
+            f"{', '.join(GRADING_FLAGS[1:-1])} and {GRADING_FLAGS[-1]}, not {', '.join(named)}")
+
+
 def main(argv: list[str] | None = None, prog: str = "scoring.py") -> int:
     parser = build_parser(prog)
     args, extra = parser.parse_known_args(argv)
+    flags = list(dict.fromkeys(arg.partition("=")[0] for arg in extra if arg.startswith("-")))
+    if flags:  # before "--evaluate is required": a mistyped --evaluate is the likelier fault
+        parser.error(unknown_flags_message(flags))
     if args.evaluate is None:
         generation = "; a generation writes into --out" if prog == "creation.py" else ""
-        parser.error(f"--json, --dataset and --report-dir apply to --evaluate only{generation}"
-                     if args.json or args.dataset or args.report_dir else "--evaluate PREDICTIONS is required")
-    flags = list(dict.fromkeys(arg.partition("=")[0] for arg in extra if arg.startswith("-")))
-    if flags:
-        parser.error(f"--evaluate grades predictions and takes only --dataset, --json and --report-dir, "
-                     f"not {', '.join(flags)}")
+        parser.error(f"--json, --dataset, --strict and --report-dir apply to --evaluate only{generation}"
+                     if args.json or args.dataset or args.report_dir or args.strict
+                     else "--evaluate PREDICTIONS is required")
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     dataset_dir = args.dataset or Path(__file__).resolve().parent
@@ -1465,7 +1667,7 @@ def main(argv: list[str] | None = None, prog: str = "scoring.py") -> int:
         if args.report_dir:
             _pillow()
             check_report_dir(args.report_dir, args.evaluate)
-        report, rows = grade(load_records(dataset_dir), args.evaluate, dataset_dir)
+        report, rows = grade(load_records(dataset_dir), args.evaluate, dataset_dir, args.strict)
         text = format_report(report)
         if args.report_dir:
             write_report_dir(args.report_dir, report, rows, text)

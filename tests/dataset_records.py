@@ -72,8 +72,9 @@ def readable_image(path) -> Iterator[None]:
 def checked_record(dataset_dir: Path, line: str, where: str) -> dict:
     try:
         record = json.loads(line)
-    except ValueError as error:
-        raise DatasetInputError(f"{where}: not JSON ({error})") from None
+    except (ValueError, RecursionError) as error:  # RecursionError: a line nested past Python's limit
+        reason = "nested too deeply" if isinstance(error, RecursionError) else error
+        raise DatasetInputError(f"{where}: not JSON ({reason})") from None
     image, answer = (record.get("image"), record.get("answer")) if isinstance(record, dict) else (None, None)
     if not isinstance(image, str) or type(answer) is not int:
         raise DatasetInputError(f'{where}: not a record with a string "image" and an integer "answer"')

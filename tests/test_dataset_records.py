@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import parallel_stretch
 import recount
 import shortcuts
 from dataset_records import read_records
@@ -23,6 +24,8 @@ BAD_FOLDERS = {
     "no annotations": ("", "holds no annotations.jsonl: not a finished dataset"),
     "empty annotations": ("\n\n", "holds no records"),
     "not JSON": ('{"image": "a.png", "answer": 3}\ngarbage\n', "line 2: not JSON"),
+    "deeply nested": ('{"image": "a.png", "answer": 3}\n' + "[" * 100_000 + "]" * 100_000 + "\n",
+                      "line 2: not JSON (nested too deeply)"),
     "a list": ("[1, 2, 3]\n", 'line 1: not a record with a string "image" and an integer "answer"'),
     "answer as text": ('{"image": "a.png", "answer": "3"}\n', 'line 1: not a record with'),
     "missing image": ('{"image": "images/b.png", "answer": 3}\n', "line 1: its image images/b.png is not found from"),
@@ -39,7 +42,7 @@ def bad_folder(tmp_path: Path, annotations: str | None) -> Path:
 
 
 @pytest.mark.parametrize("case", sorted(BAD_FOLDERS))
-@pytest.mark.parametrize("script", [recount, shortcuts], ids=["recount", "shortcuts"])
+@pytest.mark.parametrize("script", [recount, shortcuts, parallel_stretch], ids=["recount", "shortcuts", "parallel_stretch"])
 def test_a_folder_that_is_no_dataset_is_refused_in_one_line(tmp_path, capsys, script, case):
     annotations, message = BAD_FOLDERS[case]
     folder = bad_folder(tmp_path, annotations)

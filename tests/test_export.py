@@ -26,6 +26,7 @@ from PIL import Image
 
 import creation
 import export
+import scoring
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,12 +100,24 @@ def assert_rows_match(ds, records):
 # The Hub folder
 
 
+def assert_images_decode_to_rgb(ds, records):
+    """The committed PNGs are palette images: declared RGB, `datasets` must hand out RGB with the recorded hash."""
+    assert all(row["image"].mode == "RGB" for row in ds)
+    arrays = ds.with_format("numpy")["image"]
+    for array, record in zip(arrays, records):
+        assert array.shape == (record["height"], record["width"], 3) and array.dtype.name == "uint8"
+        assert hashlib.sha256(array.tobytes()).hexdigest() == record["pixel_sha256"]
+
+
 def test_hub_export_loads_offline_from_another_folder(hub, records, offline):
     datasets, cache = offline
     ds = datasets.load_dataset(str(hub), split="test", cache_dir=str(cache))
     assert_rows_match(ds, records)
-    assert ds.features["image"] == datasets.Image()
+    assert_images_decode_to_rgb(ds, records)
+    assert ds.features["image"] == datasets.Image(mode="RGB")
     assert ds.features["min_crossing_angle_deg"] == datasets.Value("float64")
+    with Image.open(io.BytesIO(ds.cast_column("image", datasets.Image(decode=False))[0]["image"]["bytes"])) as png:
+        assert png.mode == "P"  # the stored bytes are still the generator's own PNG
 
 
 def test_parquet_files_decode_images_without_the_card(hub, records, offline):
@@ -112,6 +125,7 @@ def test_parquet_files_decode_images_without_the_card(hub, records, offline):
     files = sorted(str(path) for path in (hub / "data").glob("*.parquet"))
     ds = datasets.load_dataset("parquet", data_files=files, split="train", cache_dir=str(cache))
     assert_rows_match(ds, records)
+    assert_images_decode_to_rgb(ds, records)
 
 
 def test_many_shards_load_in_record_order(dataset, records, tmp_path, monkeypatch, offline):
@@ -135,23 +149,63 @@ def test_card_yaml_names_the_config_and_every_field(hub, records, dataset):
     assert meta["configs"] == [{"config_name": "default",
                                 "data_files": [{"split": "test", "path": "data/test-*.parquet"}]}]
     assert [f["name"] for f in meta["dataset_info"]["features"]] == list(records[0])
-    assert meta["dataset_info"]["features"][0] == {"name": "image", "dtype": "image"}
+    assert meta["dataset_info"]["features"][0] == {"name": "image", "dtype": {"image": {"mode": "RGB"}}}
     assert meta["dataset_info"]["splits"][0]["num_examples"] == len(records)
     assert meta["license"] == "cc-by-4.0"
     assert meta["size_categories"] == ["n<1K"]
-    assert meta["task_categories"] and meta["tags"]
+    assert meta["annotations_creators"] == ["machine-generated"] and meta["source_datasets"] == ["original"]
+    assert {"visual-question-answering", "image-text-to-text"} <= set(meta["task_categories"]) and meta["tags"]
 
 
 def test_card_says_question_command_histogram_and_how_to_evaluate(hub, dataset):
     card = (hub / "README.md").read_text(encoding="utf-8")
     document = json.loads((dataset / "data.json").read_text(encoding="utf-8"))
-    assert document["question"] in card
+    assert f"```text\n{scoring.evaluation_prompt(document['question'])}\n```" in card  # the prompt, verbatim
     assert document["command"] in card
     assert f"version {document['generator_version']}" in card and "run seed 3, `budgeted` mode" in card
     for count, images in document["answer_histogram"].items():
         assert f"| {count} | {images} |" in card
     assert "## Shortcut audit" in card
     assert "python creation.py --evaluate predictions.jsonl --dataset" in card
+
+
+def test_card_cites_the_generator_and_states_both_licences(hub):
+    import yaml
+
+    card = (hub / "README.md").read_text(encoding="utf-8")
+    citation = yaml.safe_load((REPO_ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert citation["cff-version"] == "1.2.0" and citation["license"] == "MIT"
+    bibtex = card.split("```bibtex\n")[1].split("```")[0]  # the card's BibTeX says what CITATION.cff says
+    assert f"title        = {{{citation['title']}}}," in bibtex
+    assert f"author       = {{{{{citation['authors'][0]['name']}}}}}," in bibtex
+    assert f"year         = {{{str(citation['date-released'])[:4]}}}," in bibtex
+    assert bibtex.count("{") == bibtex.count("}")
+    assert (REPO_ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License\n")
+    assert "The data (images and annotations) is CC-BY-4.0; the generator's code is MIT" in card
+    # No --repo-url: the link is a placeholder that says how to fill it.
+    assert export.REPO_URL_PLACEHOLDER in card and "--repo-url URL" in export.REPO_URL_PLACEHOLDER
+
+
+def test_repo_url_fills_the_cards_link_and_bad_ones_are_refused(dataset, tmp_path, capsys):
+    url = "https://github.com/someone/tangled-loops"
+    out = tmp_path / "hub"
+    assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet", "--repo-url", url]) == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert export.REPO_URL_PLACEHOLDER not in card
+    assert f"[the generator's repository]({url})" in card and f"howpublished = {{\\url{{{url}}}}}," in card
+    for bad in ("github.com/x", "https://x.org/a b", "https://x.org/}{", "javascript:alert(1)"):
+        err = run_refused(["--export-hub", str(tmp_path / "other"), "--dataset", str(dataset), "--repo-url", bad],
+                          capsys)
+        assert "--repo-url must be an http(s) address" in err
+    err = run_refused(["--export-vlmevalkit", str(tmp_path / "x.tsv"), "--dataset", str(dataset),
+                       "--repo-url", url], capsys)
+    assert "--export-hub only" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hub"]
+
+
+def test_without_repo_url_the_export_says_how_to_fill_the_link(dataset, tmp_path, capsys):
+    assert export.main(["--export-hub", str(tmp_path / "hub"), "--dataset", str(dataset)]) == 0
+    assert "export again with --repo-url URL" in capsys.readouterr().err
 
 
 def test_card_shows_the_audit_figures_of_its_mode(dataset, tmp_path, monkeypatch):
@@ -217,9 +271,10 @@ def test_reexport_replaces_an_earlier_export_with_identical_bytes(dataset, hub, 
         monkeypatch.setattr(export, "exchange_paths", lambda first, second: False)
     out = tmp_path / "again"
     shutil.copytree(hub, out)
-    (out / "data" / "test-00000-of-00009.parquet").write_bytes(b"stale shard of an earlier, larger export")
+    stale = b"stale shard of an earlier, larger export"
+    (out / "data" / "test-00000-of-00009.parquet").write_bytes(stale)
     marker = json.loads((out / export.MARKER_FILE).read_text())
-    marker["files"].append("data/test-00000-of-00009.parquet")
+    marker["files"]["data/test-00000-of-00009.parquet"] = hashlib.sha256(stale).hexdigest()
     (out / export.MARKER_FILE).write_text(json.dumps(marker))
     assert export.main(["--export-hub", str(out), "--dataset", str(dataset), "--quiet"]) == 0
     assert tree(out) == tree(hub)
@@ -247,7 +302,7 @@ def test_tsv_reads_back_with_the_original_png_bytes(dataset, records, tmp_path):
         assert png == (dataset / record["image"]).read_bytes()
         with Image.open(io.BytesIO(png)) as image:
             assert pixel_sha256(image) == record["pixel_sha256"]
-        assert row[0] == str(record["index"]) and row[2] == record["question"]
+        assert row[0] == str(record["index"]) and row[2] == scoring.evaluation_prompt(record["question"])
         assert row[3] == str(record["answer"]) and row[4] == str(record["num_loops"])
 
 
@@ -261,21 +316,46 @@ def test_tsv_reads_as_vlmevalkit_reads_it(dataset, records, tmp_path):
     assert list(table.columns) == list(export.TSV_COLUMNS)
     assert table["index"].tolist() == [r["index"] for r in records]
     assert table["answer"].tolist() == [r["answer"] for r in records]
-    assert table["question"].tolist() == [r["question"] for r in records]
+    assert table["question"].tolist() == [scoring.evaluation_prompt(r["question"]) for r in records]
     with Image.open(io.BytesIO(base64.b64decode(table["image"][0]))) as image:
         assert pixel_sha256(image) == records[0]["pixel_sha256"]
 
 
-def test_tsv_replaces_an_earlier_tsv_but_not_another_file(dataset, tmp_path, capsys):
+def test_tsv_replaces_an_earlier_tsv_but_not_another_file(dataset, records, tmp_path, capsys):
     out = tmp_path / "TangledLoops.tsv"
-    out.write_text(export.TSV_HEADER + "\n0\tstale\tq\t5\t5\n", encoding="utf-8")
     assert export.main(["--export-vlmevalkit", str(out), "--dataset", str(dataset), "--quiet"]) == 0
-    assert out.read_text(encoding="utf-8").count("\n") == 8
+    first = out.read_bytes()
+    few = tmp_path / "few"  # an earlier export of another dataset: replaced
+    shutil.copytree(dataset, few)
+    keep = (few / "annotations.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)[:3]
+    (few / "annotations.jsonl").write_text("".join(keep), encoding="utf-8")
+    document = json.loads((few / "data.json").read_text(encoding="utf-8"))
+    document.update(num_samples=3, samples=document["samples"][:3],
+                    answer_histogram={str(a): [r["answer"] for r in records[:3]].count(a)
+                                      for a in {r["answer"] for r in records[:3]}})
+    (few / "data.json").write_text(json.dumps(document), encoding="utf-8")
+    assert export.main(["--export-vlmevalkit", str(out), "--dataset", str(few), "--quiet"]) == 0
+    assert out.read_bytes() != first and out.read_text(encoding="utf-8").startswith(export.TSV_HEADER + "\n")
+    assert export.main(["--export-vlmevalkit", str(out), "--dataset", str(dataset), "--quiet"]) == 0
+    assert out.read_bytes() == first
+
+
+@pytest.mark.parametrize("content", [
+    "my\tnotes\n",
+    export.TSV_HEADER + "\n0\tstale\tq\t5\t5\n",  # the header alone used to pass for an earlier export
+    export.TSV_HEADER + "\n",
+    None,  # a real export with a line of the user's own after it
+])
+def test_tsv_never_replaces_a_file_it_did_not_write(content, dataset, tmp_path, capsys):
     other = tmp_path / "notes.tsv"
-    other.write_text("my\tnotes\n", encoding="utf-8")
+    if content is None:
+        assert export.main(["--export-vlmevalkit", str(other), "--dataset", str(dataset), "--quiet"]) == 0
+        content = other.read_text(encoding="utf-8") + "my own row\tkeep me\n"
+    other.write_text(content, encoding="utf-8")
     err = run_refused(["--export-vlmevalkit", str(other), "--dataset", str(dataset)], capsys)
     assert "not an earlier export" in err
-    assert other.read_text(encoding="utf-8") == "my\tnotes\n"
+    assert other.read_text(encoding="utf-8") == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.tsv"]
 
 
 # ---------------------------------------------------------------------------
@@ -300,6 +380,51 @@ def test_a_foreign_folder_is_refused_and_left_as_it_was(dataset, tmp_path, capsy
     err = run_refused(["--export-hub", str(out), "--dataset", str(dataset)], capsys)
     assert "not an earlier export" in err
     assert tree(out) == {"thesis.tex": b"keep me"}
+
+
+def edit_the_card(out: Path) -> None:
+    card = out / "README.md"
+    card.write_text(card.read_text(encoding="utf-8").replace("USER/NAME", "me/loops"), encoding="utf-8")
+
+
+def forge_a_marker(out: Path) -> None:
+    """A folder of one's own with a marker listing its files by name: content, not names, decides."""
+    shutil.rmtree(out)
+    out.mkdir()
+    (out / "thesis.tex").write_text("keep me")
+    (out / export.MARKER_FILE).write_text(json.dumps({"export": "hub", "files": {"thesis.tex": "0" * 64}}))
+
+
+def older_marker_listing_names(out: Path) -> None:
+    marker = json.loads((out / export.MARKER_FILE).read_text())
+    marker["files"] = sorted(marker["files"])
+    (out / export.MARKER_FILE).write_text(json.dumps(marker))
+
+
+def symlink_in_place_of_a_file(out: Path) -> None:
+    target = out.parent / "elsewhere.jsonl"
+    (out / "annotations.jsonl").rename(target)
+    (out / "annotations.jsonl").symlink_to(target)
+
+
+@pytest.mark.parametrize("change", [edit_the_card, forge_a_marker, older_marker_listing_names,
+                                    symlink_in_place_of_a_file], ids=lambda f: f.__name__)
+def test_a_reexport_replaces_nothing_it_did_not_write(change, hub, dataset, tmp_path, capsys):
+    out = tmp_path / "hub_loops"
+    shutil.copytree(hub, out)
+    change(out)
+    before = tree(out)
+    err = run_refused(["--export-hub", str(out), "--dataset", str(dataset)], capsys)
+    assert "not an earlier export" in err
+    assert tree(out) == before
+
+
+@pytest.mark.parametrize("command", ["--export-hub", "--export-vlmevalkit"])
+def test_a_target_under_a_file_is_refused_in_one_line(command, dataset, tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    err = run_refused([command, str(tmp_path / "notes.txt" / "out"), "--dataset", str(dataset)], capsys)
+    assert f"lies under {tmp_path / 'notes.txt'}, which is not a folder" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
 def test_an_earlier_export_with_a_file_of_its_own_is_refused(hub, dataset, tmp_path, capsys):
@@ -440,6 +565,68 @@ def folder_at_data_json(d: Path) -> str:
 DAMAGES += [folder_at_an_image, folder_at_data_json]  # a folder opens read-only, unlike a FIFO it needs no flag
 
 
+# Hand edits that ended in tracebacks: the same edit in both files, so only the value itself is wrong.
+def edit_both(d: Path, edit) -> None:
+    lines = (d / "annotations.jsonl").read_text(encoding="utf-8").splitlines()
+    records = [json.loads(line) for line in lines]
+    edit(records[1])
+    (d / "annotations.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    document = json.loads((d / "data.json").read_text(encoding="utf-8"))
+    document["samples"] = records
+    (d / "data.json").write_text(json.dumps(document), encoding="utf-8")
+
+
+def deeply_nested_annotations(d: Path) -> str:
+    path = d / "annotations.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[2] = "[" * 100_000 + "]" * 100_000 + "\n"  # past Python's recursion limit
+    path.write_text("".join(lines), encoding="utf-8")
+    return "annotations.jsonl, line 3: not JSON"
+
+
+def deeply_nested_data_json(d: Path) -> str:
+    path = d / "data.json"
+    text = path.read_text(encoding="utf-8")  # within the recursion limit, past what json.dumps survives
+    path.write_text(text.replace('"task":', '"deep": ' + "[" * 900 + "]" * 900 + ', "task":', 1), encoding="utf-8")
+    return "data.json: nested more than 32 levels deep"
+
+
+def samples_not_a_list(d: Path) -> str:
+    document = json.loads((d / "data.json").read_text(encoding="utf-8"))
+    document["samples"] = 5
+    (d / "data.json").write_text(json.dumps(document), encoding="utf-8")
+    return "data.json: its samples are not a list of the 7 records"
+
+
+def nul_in_an_image_path(d: Path) -> str:
+    edit_both(d, lambda record: record.update(image="images/tangled\0loops_00001.png"))
+    return "is not a relative path inside the dataset folder"
+
+
+def histogram_key_not_a_number(d: Path) -> str:
+    document = json.loads((d / "data.json").read_text(encoding="utf-8"))
+    document["answer_histogram"]["x"] = 1
+    (d / "data.json").write_text(json.dumps(document), encoding="utf-8")
+    return "data.json: its answer_histogram does not count the records' answers"
+
+
+def histogram_of_another_run(d: Path) -> str:
+    document = json.loads((d / "data.json").read_text(encoding="utf-8"))
+    key = next(iter(document["answer_histogram"]))
+    document["answer_histogram"][key] += 1
+    (d / "data.json").write_text(json.dumps(document), encoding="utf-8")
+    return "data.json: its answer_histogram does not count the records' answers"
+
+
+def lone_surrogate_in_a_question(d: Path) -> str:
+    edit_both(d, lambda record: record.update(question="How many loops? \ud800"))
+    return "annotations.jsonl, line 2: holds text that is not valid Unicode"
+
+
+DAMAGES += [deeply_nested_annotations, deeply_nested_data_json, samples_not_a_list, nul_in_an_image_path,
+            histogram_key_not_a_number, histogram_of_another_run, lone_surrogate_in_a_question]
+
+
 @pytest.fixture
 def alarm():
     """Fail instead of hanging if reading a FIFO ever blocks."""
@@ -467,6 +654,19 @@ def test_a_damaged_dataset_is_refused_naming_the_bad_file(damage, command, datas
     err = run_refused([command, str(target), "--dataset", str(broken)], capsys)
     assert expected in err
     assert list(target.parent.iterdir()) == []  # neither the export nor a staging leftover
+
+
+@pytest.mark.parametrize("field, value", [("index", 1 << 70), ("min_crossing_angle_deg", 10 ** 400),
+                                          ("num_crossings", -(1 << 64))])
+def test_a_number_no_parquet_column_holds_is_one_line(field, value, dataset, tmp_path, capsys):
+    """2**70 as an index ended in pyarrow's OverflowError, 10**400 as an angle in float()'s."""
+    broken = broken_copy(dataset, tmp_path)
+    edit_both(broken, lambda record: record.update({field: value}))
+    target = tmp_path / "exports" / "hub"
+    target.parent.mkdir()
+    err = run_refused(["--export-hub", str(target), "--dataset", str(broken)], capsys)
+    assert f"record 2: {field} is" in err
+    assert list(target.parent.iterdir()) == []
 
 
 @pytest.mark.parametrize("command", ["--export-hub", "--export-vlmevalkit"])
@@ -516,6 +716,10 @@ def test_creation_forwards_both_flags_and_names_itself(dataset, tmp_path, capsys
     # Abbreviated, as export.py itself and creation.py's --eval accept.
     assert creation.main(["--export-vlm", str(tmp_path / "y.tsv"), "--dataset", str(dataset), "--quiet"]) == 0
     assert (tmp_path / "y.tsv").read_bytes() == (tmp_path / "x.tsv").read_bytes()
+    url = "https://example.org/loops"
+    assert creation.main(["--export-hub", str(tmp_path / "h"), "--dataset", str(dataset), "--repo-url", url,
+                          "--quiet"]) == 0
+    assert f"]({url})" in (tmp_path / "h" / "README.md").read_text(encoding="utf-8")
 
 
 def test_export_needs_exactly_one_target(dataset, capsys):

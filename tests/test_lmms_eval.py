@@ -4,7 +4,9 @@ utils.py loads scoring.py from the repo root (never creation.py), so these run
 against the real scorer.
 """
 
+import hashlib
 import importlib.util
+import io
 import json
 import subprocess
 import sys
@@ -12,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+
+import scoring
 
 TASK_DIR = Path(__file__).resolve().parents[1] / "integrations" / "lmms_eval"
 
@@ -29,94 +33,93 @@ def utils():
     return load_utils()
 
 
+def palette_image(shade: int = 200) -> Image.Image:
+    """A small palette image, as the generator writes them."""
+    return Image.new("L", (32, 24), shade).convert("P")
+
+
 @pytest.fixture
-def doc(tmp_path, monkeypatch):
-    """A record as the generator writes it, with its image in a dataset folder."""
-    (tmp_path / "images").mkdir()
-    Image.new("L", (32, 24), 200).save(tmp_path / "images" / "tangled_loops_00000.png")
-    monkeypatch.setenv("TANGLED_LOOPS_DIR", str(tmp_path))
+def doc():
+    """A record as `datasets` hands it out from a Hub export: the image embedded and decoded."""
+    image = palette_image()
     return {
-        "image": "images/tangled_loops_00000.png",
+        "image": image,
         "index": 0,
         "question": "How many distinct closed loops are tangled together in this image?",
         "answer": 7,
+        "pixel_sha256": hashlib.sha256(image.convert("RGB").tobytes()).hexdigest(),
     }
 
 
-def test_doc_to_visual_opens_the_image_as_rgb(utils, doc):
+def test_doc_to_visual_gives_the_embedded_image_as_rgb(utils, doc):
     images = utils.doc_to_visual(doc)
     assert len(images) == 1
-    assert images[0].mode == "RGB"
-    assert images[0].size == (32, 24)
+    assert images[0].mode == "RGB" and images[0].size == (32, 24)
 
 
-def test_doc_to_visual_refuses_an_image_of_another_dataset(utils, doc, tmp_path):
-    """Two datasets share file names: records of one with images of the other must not be scored."""
-    import creation
+def test_doc_to_visual_reads_an_undecoded_image_column(utils, doc):
+    buffer = io.BytesIO()
+    doc["image"].save(buffer, format="PNG")
+    doc["image"] = {"bytes": buffer.getvalue(), "path": "images/tangled_loops_00000.png"}  # Image(decode=False)
+    assert utils.doc_to_visual(doc)[0].mode == "RGB"
 
-    with Image.open(tmp_path / doc["image"]) as image:
-        doc["pixel_sha256"] = creation.pixel_sha256(image)
-    assert utils.doc_to_visual(doc)[0].size == (32, 24)
-    Image.new("L", (32, 24), 201).save(tmp_path / doc["image"])
-    with pytest.raises(ValueError, match="not the image its record describes"):
+
+def test_doc_to_visual_refuses_an_image_unlike_its_record(utils, doc):
+    doc["image"] = palette_image(201)
+    with pytest.raises(ValueError, match="record 0: its image is not the one the record describes"):
         utils.doc_to_visual(doc)
 
 
-def test_doc_to_visual_defaults_to_the_repo_root(utils, doc, tmp_path, monkeypatch):
-    monkeypatch.delenv("TANGLED_LOOPS_DIR")
-    monkeypatch.setattr(utils, "REPO_ROOT", str(tmp_path))
-    assert utils.doc_to_visual(doc)[0].size == (32, 24)
+def test_doc_to_visual_refuses_a_path_instead_of_an_image(utils, doc):
+    """The task used to read images/... relative to $TANGLED_LOOPS_DIR; it now reads an export only."""
+    doc["image"] = "images/tangled_loops_00000.png"
+    with pytest.raises(ValueError, match="not an embedded image: this task reads a Hub export"):
+        utils.doc_to_visual(doc)
 
 
-def test_doc_to_text_adds_the_answer_format(utils, doc):
-    assert utils.doc_to_text(doc) == f"{doc['question']}\n{utils.ANSWER_FORMAT}"
-    assert utils.doc_to_text(doc, {"pre_prompt": "Look closely. ", "post_prompt": " Answer:"}) == (
-        f"Look closely. {doc['question']} Answer:"
-    )
+def test_doc_to_text_is_the_evaluation_prompt(utils, doc):
+    assert utils.doc_to_text(doc) == scoring.evaluation_prompt(doc["question"])
+    assert utils.doc_to_text(doc) == f"{doc['question']}\nAnswer with a single integer in the form 'Answer: N'."
+    assert utils.doc_to_text(doc, {"pre_prompt": "Look closely. ", "post_prompt": " Think step by step."}) == (
+        f"Look closely. {scoring.evaluation_prompt(doc['question'])} Think step by step.")
 
 
 @pytest.mark.parametrize(
-    "response, score",
+    "response, score, strict",
     [
-        ("Answer: 7", 1.0),
-        ("I traced them all: seven loops.", 1.0),
-        ("There are 5 ... no, 7 loops", 1.0),
-        ("Answer: 8", 0.0),
-        ("Answer: 7 or 8", 0.0),
-        ("I cannot tell.", 0.0),
+        ("Answer: 7", 1.0, 1.0),
+        ("I traced them all: seven loops.", 1.0, 0.0),  # the strict reading wants "Answer: N"
+        ("There are 5 ... no, 7 loops", 1.0, 0.0),
+        ("I count 7 loops. Answer: 7", 1.0, 1.0),
+        ("Answer: 8", 0.0, 0.0),
+        ("Answer: 7 or 8", 0.0, 0.0),
+        ("I cannot tell.", 0.0, 0.0),
     ],
 )
-def test_process_results_scores_the_generation(utils, doc, response, score):
-    # exact_match is still a plain float per doc; the other metrics (tested below) ride beside it.
-    assert utils.process_results(doc, [response])["exact_match"] == score
+def test_process_results_scores_the_generation(utils, doc, response, score, strict):
+    # exact_match and strict_match are plain floats per doc; the other metrics (tested below) ride beside them.
+    metrics = utils.process_results(doc, [response])
+    assert (metrics["exact_match"], metrics["strict_match"]) == (score, strict)
 
 
-def test_yaml_names_hooks_that_exist():
-    yaml = pytest.importorskip("yaml")
+def test_yaml_reads_an_export_and_names_hooks_that_exist():
     utils = load_utils()
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def import_function(loader, node):
-        module, name = loader.construct_scalar(node).split(".")
-        assert module == "utils"
-        return getattr(utils, name)
-
-    Loader.add_constructor("!function", import_function)
-    config = yaml.load((TASK_DIR / "tangled_loops.yaml").read_text(encoding="utf-8"), Loader=Loader)
-    assert config["dataset_path"] == "json"
-    assert config["test_split"] in config["dataset_kwargs"]["data_files"]
+    config = load_config(utils)
+    assert config["dataset_path"] == "hub_loops" and "dataset_kwargs" not in config  # the export, as it is
+    assert config["test_split"] == "test"
     for hook in ("doc_to_visual", "doc_to_text", "process_results"):
         assert callable(config[hook])
-    assert config["metric_list"][0] == {"metric": "exact_match", "aggregation": "mean", "higher_is_better": True}
+    # The prompt is scoring's alone: no post_prompt adds a second answer-format line.
+    assert "lmms_eval_specific_kwargs" not in config
+    assert config["metric_list"][:2] == [
+        {"metric": "exact_match", "aggregation": "mean", "higher_is_better": True},
+        {"metric": "strict_match", "aggregation": "mean", "higher_is_better": True}]
     metrics = {entry["metric"]: entry for entry in config["metric_list"]}
     # lmms-eval looks up each key process_results returns in metric_list (some releases fail on a stray one).
-    assert set(metrics) == {"exact_match", *utils.ITEM_METRICS}
+    assert set(metrics) == {"exact_match", "strict_match", *utils.ITEM_METRICS}
     for name in utils.ITEM_METRICS:
         assert callable(metrics[name]["aggregation"])
         assert isinstance(metrics[name]["higher_is_better"], bool)
-    assert config["lmms_eval_specific_kwargs"]["default"]["post_prompt"] == f"\n{utils.ANSWER_FORMAT}"
 
 
 # ---------------------------------------------------------------------------
@@ -152,6 +155,7 @@ def test_metrics_aggregate_as_lmms_eval_runs_them(utils, doc):
     results = run_like_lmms_eval(utils, load_config(utils), docs)
     # Readings 5, 6, 7, None, 7 against 5, 5, 7, 7, 9: errors 0, +1, 0, -2 over four parsed.
     assert results["exact_match"] == pytest.approx(2 / 5)
+    assert results["strict_match"] == pytest.approx(1 / 5)  # "I count seven loops." has no answer line
     assert results["mean_abs_error"] == pytest.approx(3 / 4)
     assert results["off_by_one"] == pytest.approx(1 / 4)
     assert results["unparsable"] == pytest.approx(1 / 5)
@@ -194,3 +198,59 @@ def test_the_hooks_never_import_the_generator():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------
+# A real export: the hooks on a document as `datasets` loads it, and the prompt in every harness
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    import creation
+    import export
+
+    root = tmp_path_factory.mktemp("exported")
+    assert creation.main(["--n", "3", "--seed", "5", "--out", str(root / "loops"), "--quiet", "--workers", "1"]) == 0
+    assert export.main(["--export-hub", str(root / "hub_loops"), "--dataset", str(root / "loops"), "--quiet"]) == 0
+    assert export.main(["--export-vlmevalkit", str(root / "loops.tsv"), "--dataset", str(root / "loops"),
+                        "--quiet"]) == 0
+    return root
+
+
+@pytest.fixture
+def export_docs(exported, tmp_path, monkeypatch):
+    """The export's test split as lmms-eval gets it (datasets.load_dataset of the folder), offline, elsewhere."""
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    return datasets.load_dataset(str(exported / "hub_loops"), split="test", cache_dir=str(tmp_path / "cache"))
+
+
+def test_the_hooks_run_on_documents_of_an_export(utils, export_docs):
+    for doc in export_docs:
+        (image,) = utils.doc_to_visual(doc)
+        assert image.mode == "RGB" and hashlib.sha256(image.tobytes()).hexdigest() == doc["pixel_sha256"]
+        assert utils.process_results(doc, [f"Answer: {doc['answer']}"])["exact_match"] == 1.0
+
+
+def test_the_prompt_is_the_same_in_every_harness(utils, export_docs, exported):
+    import csv
+
+    prompts = [scoring.evaluation_prompt(doc["question"]) for doc in export_docs]
+    assert [utils.doc_to_text(doc) for doc in export_docs] == prompts  # lmms-eval
+    csv.field_size_limit(sys.maxsize)
+    with open(exported / "loops.tsv", encoding="utf-8", newline="") as f:
+        assert [row["question"] for row in csv.DictReader(f, delimiter="\t")] == prompts  # VLMEvalKit
+    card = (exported / "hub_loops" / "README.md").read_text(encoding="utf-8")
+    assert f"```text\n{prompts[0]}\n```" in card  # the dataset card
+    records = scoring.load_records(exported / "hub_loops")
+    assert scoring.assumed_prompt(records) == prompts[0]  # the report
+
+
+def test_the_readme_shows_the_prompt_verbatim():
+    root = Path(__file__).resolve().parents[1]
+    question = json.loads((root / "data.json").read_text(encoding="utf-8"))["question"]
+    assert f"```text\n{scoring.evaluation_prompt(question)}\n```" in (root / "README.md").read_text(encoding="utf-8")

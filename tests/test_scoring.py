@@ -353,10 +353,29 @@ CASES = [
     ("Answer: > 6", None),
     ("7+", None),
     ("7 or more", None),
+    # ... also as a list ending in an alternative, a question, or a final answer taken back
+    ("Answer: 7, 8, or 9", None),
+    ("Answer: 7, 8 or 9 loops.", None),
+    ("I count 7,8 or 9", None),
+    ("7? Or is it 8?", None),
+    ("Is it 7 or is it 8?", None),
+    ("There appear to be 6 loops, although one could argue for 7.", None),
+    ("There are 6 loops, though some might say 7.", None),
+    ("There are seven loops. Final answer: 7. Actually no, 8.", None),
+    ("There are 7 loops, 3 of them red, 2 blue or green.", 7),  # details, not candidates
+    ("One could miss the small one, but there are 7 loops.", 7),  # "one could" is a pronoun
+    ("Answer: 7? Yes, 7.", 7),
     # --- not an integer count
+    ("Answer: 2^3", None),
+    ("There are 2³ loops", None),
+    ("There are 8 loops (2^3).", 8),
     ("7.5", None),
     ("Answer: 7.5", None),
     ("answer: 7.0", 7),
+    ("Answer: 1,000", 1000),  # a thousands separator: the number reads whole
+    ("There are 12,345 loops.", 12345),
+    ("Answer: 1,000.5", None),
+    ("I count 7 loops, 1, 2 or 3 of them small.", 7),  # a list of details, not a thousands separator
     ("-7", None),
     ("Answer: -3", None),
     ("Answer: −7", None),  # U+2212 minus sign
@@ -669,9 +688,14 @@ def test_bad_records_raise(tmp_path):
 def test_format_report_shows_the_figures(mixed_predictions):
     text = format_report(evaluate_predictions(RECORDS, mixed_predictions))
     lines = text.splitlines()
-    assert lines[0].split() == ["items", "6"]
+    assert lines[:5] == [f"predictions    {mixed_predictions}",
+                         "prompt         <the record's question>",  # RECORDS hold no question
+                         "               Answer with a single integer in the form 'Answer: N'.",
+                         'reading        lenient: the count the reply commits to (docs/scoring.md)', ""]
+    assert lines[5].split() == ["items", "6"]
     assert "missing              1  (images/tangled_loops_00005.png)" in lines
-    assert "accuracy         0.333  (95% CI 0.097-0.700)" in lines
+    assert "accuracy         0.333  (95% CI 0.097-0.700; missing and unparsable count as wrong)" in lines
+    assert "answered         0.400  (accuracy over the 5 items with a reply)" in lines
     assert "mean abs error   0.750  (over 4 parsed)" in lines
     assert "off by one       0.250  (share of parsed)" in lines
     assert "over / under     1 / 1" in lines
@@ -1075,8 +1099,23 @@ def test_generation_flags_are_refused_in_one_line(tiny):
     dataset, predictions = tiny
     result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--n", "5", "--seed=3", "--overlays")
     assert result.returncode == 2
-    assert result.stderr == ("scoring.py: error: --evaluate grades predictions and takes only --dataset, --json and "
-                             "--report-dir, not --n, --seed, --overlays\n")
+    assert result.stderr == ("scoring.py: error: unknown flags: grading takes only --evaluate PREDICTIONS, "
+                             "--dataset, --strict, --json and --report-dir, not --n, --seed, --overlays\n")
+
+
+@pytest.mark.parametrize("argv, shown", [
+    (["--evalute", "p.jsonl"], "unknown flag --evalute (did you mean --evaluate?)"),  # not "--evaluate is required"
+    (["--evaluate", "p.jsonl", "--stict"], "unknown flag --stict (did you mean --strict?)"),
+    (["--evaluate", "p.jsonl", "--dataset", ".", "--report_dir", "r"],
+     "unknown flag --report_dir (did you mean --report-dir?)"),
+])
+def test_an_unknown_flag_is_named_as_such(argv, shown, capsys):
+    with pytest.raises(SystemExit) as stop:
+        scoring.main(argv)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("scoring.py: error: unknown flag: grading takes only --evaluate PREDICTIONS")
+    assert err.endswith(f", not {shown.removeprefix('unknown flag ')}\n") and err.count("\n") == 1
 
 
 def test_help_says_a_prediction_may_name_its_item_by_index():
@@ -1093,6 +1132,8 @@ def test_creation_py_forwards_evaluation_with_its_own_name(tiny, tmp_path):
     assert "nothing.jsonl: No such file or directory" in result.stderr
     result = evaluate_cli("--report-dir", tmp_path / "r", prog="creation.py")
     assert result.returncode == 2 and "apply to --evaluate only" in result.stderr
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--strict", "--json", prog="creation.py")
+    assert result.returncode == 0 and json.loads(result.stdout)["reading"] == "strict"
 
 
 # --- scoring.py needs the standard library only
@@ -1304,3 +1345,158 @@ def test_a_long_whole_number_is_read_exactly_and_graded_as_a_miss():
     assert scoring.extract_answer(reply) == 10**23 + 1
     assert scoring.score_answer(reply, 7) == 0.0
     assert scoring.extract_answer("There are " + "9" * 309 + " loops.") is None
+
+
+# ---------------------------------------------------------------------------
+# One prompt, the strict reading, partial runs, and predictions that cannot be read
+# ---------------------------------------------------------------------------
+
+def test_the_prompt_is_the_question_then_the_answer_format_line():
+    assert scoring.evaluation_prompt("How many loops?") == (
+        "How many loops?\nAnswer with a single integer in the form 'Answer: N'.")
+    # The format line asks for the marker both readings take.
+    assert extract_answer("Answer: 7") == scoring.extract_answer_line("Answer: 7") == 7
+
+
+def test_the_report_states_the_prompt_it_assumes(tmp_path):
+    dataset = write_dataset(tmp_path / "data", [dict(r, question="How many loops?") for r in TINY])
+    predictions = write_predictions(tmp_path / "p.jsonl", [{"index": 0, "response": "Answer: 3"}])
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset)
+    assert result.returncode == 0, result.stderr
+    assert f"\nprompt         How many loops?\n               {scoring.ANSWER_FORMAT}\n" in result.stdout
+    report = json.loads(evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--json").stdout)
+    assert report["prompt"] == scoring.evaluation_prompt("How many loops?")
+
+
+STRICT_CASES = [
+    ("Answer: 7", 7),
+    ("I traced every loop.\n\n**Answer:** 7", 7),
+    ("I count 7 loops.\nanswer: 7.", 7),
+    ("I count 7 loops. Answer: 7", 7),
+    ("Final answer: **7**", 7),
+    ("Answer: 7. Loop 1 is the largest.", None),  # the answer must end its line
+    ("Answer: 6\nWait, one more.\nAnswer: 7", 7),  # the last answer line
+    ("<think>Answer: 5</think>\nAnswer: 7", 7),
+    ("Answer: 1,000", 1000),
+    ("I count 7 loops.", None),
+    ("The answer is 7.", None),
+    ("\\boxed{7}", None),
+    ("Answer: seven", None),
+    ("Answer: 7 or 8", None),
+    ("Answer: 7 loops", None),
+    ("<think>Answer: 5", None),  # cut short
+    ("Answer: " + "7" * 400, None),
+]
+
+
+@pytest.mark.parametrize("response, expected", STRICT_CASES)
+def test_the_strict_reading_takes_only_an_answer_line(response, expected):
+    assert scoring.extract_answer_line(response) == expected
+
+
+def test_strict_grading_reads_only_answer_lines(tiny):
+    dataset, predictions = tiny
+    lenient = evaluate_predictions(TINY, predictions, dataset)
+    strict = evaluate_predictions(TINY, predictions, dataset, strict=True)
+    assert (lenient["n_correct"], lenient["n_unparsed"]) == (2, 1)
+    assert (strict["n_correct"], strict["n_unparsed"]) == (1, 3)  # "I count 4 loops." and "four" give no line
+    assert (lenient["reading"], strict["reading"]) == ("lenient", "strict")
+    result = evaluate_cli("--evaluate", predictions, "--dataset", dataset, "--strict")
+    assert result.returncode == 0, result.stderr
+    assert 'reading        strict: only "Answer: N" ending a line counts' in result.stdout.splitlines()
+    assert "correct" in result.stdout and json.loads(evaluate_cli(
+        "--evaluate", predictions, "--dataset", dataset, "--strict", "--json").stdout)["n_correct"] == 1
+
+
+def test_a_partial_run_reports_accuracy_over_the_answered_items(tmp_path):
+    """19 replies for 500 items said 0.024 and nothing about the 19; the headline still counts the rest as wrong."""
+    records = [{"image": f"images/tangled_loops_{i:05d}.png", "index": i, "answer": 5 + i % 3} for i in range(500)]
+    dataset = write_dataset(tmp_path / "data", records)
+    replies = [{"index": i, "response": f"Answer: {records[i]['answer'] + (i >= 12)}"} for i in range(19)]
+    report = evaluate_predictions(records, write_predictions(tmp_path / "p.jsonl", replies), dataset)
+    assert report["accuracy"] == pytest.approx(12 / 500) and report["n_missing"] == 481
+    assert report["accuracy_answered"] == pytest.approx(12 / 19)
+    assert "answered         0.632  (accuracy over the 19 items with a reply)" in format_report(report).splitlines()
+    empty = evaluate_predictions(records, write_predictions(tmp_path / "none.jsonl", []), dataset)
+    assert empty["accuracy_answered"] is None and "answered           n/a" in format_report(empty)
+
+
+@pytest.mark.parametrize("name, head", [("preds.xlsx", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\x8f"),
+                                        ("preds.xls", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"),
+                                        ("preds.csv", b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00\x8f")])
+def test_a_spreadsheet_gets_one_line_saying_how_to_get_a_table(tiny, tmp_path, name, head):
+    """VLMEvalKit writes .xlsx by default; it said "line 1: not UTF-8 text (byte 0x8f)"."""
+    dataset, _ = tiny
+    path = tmp_path / name
+    path.write_bytes(head + bytes(range(256)) * 4)
+    assert_one_line_error(evaluate_cli("--evaluate", path, "--dataset", dataset), path,
+                          "a spreadsheet (VLMEvalKit writes .xlsx unless told otherwise): run VLMEvalKit with "
+                          "PRED_FORMAT=tsv")
+
+
+def test_a_folder_given_as_predictions_is_named_as_such(tiny, tmp_path):
+    dataset, _ = tiny
+    folder = tmp_path / "outputs"
+    folder.mkdir()
+    assert_one_line_error(evaluate_cli("--evaluate", folder, "--dataset", dataset), folder, "is a folder, not a file")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_that_nothing_writes_is_refused_not_waited_on(tiny, tmp_path):
+    dataset, _ = tiny
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    command = [sys.executable, str(ROOT / "scoring.py"), "--evaluate", str(fifo), "--dataset", str(dataset)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)  # it hung here
+    assert_one_line_error(result, fifo, "is a named pipe that nothing is writing to")
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists(), reason="needs bash for <(...)")
+def test_a_pipe_that_is_being_written_is_read(tiny):
+    dataset, predictions = tiny
+    script = (f'"{sys.executable}" "{ROOT / "scoring.py"}" --evaluate <(sleep 1; cat "{predictions}") '
+              f'--dataset "{dataset}" --json')
+    result = subprocess.run(["/bin/bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["n_correct"] == 2
+
+
+@pytest.mark.parametrize("image, shown", [
+    ("tangled_loops_00002.png", "unknown image 'tangled_loops_00002.png' (did you mean "
+                                "'images/tangled_loops_00002.png', or give its \"index\")"),
+    ("pictures/loop.png", "unknown image 'pictures/loop.png' (expected a path relative to the dataset folder, as "
+                          "in annotations.jsonl, such as 'images/tangled_loops_00000.png', or give its \"index\")"),
+])
+def test_an_unknown_image_shows_the_form_the_records_use(tiny, tmp_path, image, shown):
+    dataset, _ = tiny
+    path = write_predictions(tmp_path / "p.jsonl", [{"image": image, "response": "3"}])
+    assert_one_line_error(evaluate_cli("--evaluate", path, "--dataset", dataset), path, f"line 1: {shown}")
+
+
+def test_the_plots_are_titled_with_the_predictions_and_the_dataset(tiny):
+    pytest.importorskip("PIL")
+    from PIL import Image, ImageDraw, ImageFont
+    dataset, predictions = tiny
+    report = evaluate_predictions(TINY, predictions, dataset, strict=True)
+    source = scoring.plot_source(report)
+    assert source == "predictions.jsonl on data (seed 11, n 5), strict reading"
+    font = ImageFont.load_default()
+    for plot in (scoring.plot_accuracy_by_count(report["per_n"], report["chance"], source),
+                 scoring.plot_confusion(report["confusion"], source)):
+        expected = Image.new("RGB", plot.size, "white")
+        ImageDraw.Draw(expected).text((50 if plot.height > 300 else 70, 8), source, fill=scoring.PLOT_INK, font=font)
+        band = (0, 0, plot.width, 8 + scoring.TITLE_LINE_PX)  # the first title line, above the caption
+        assert plot.crop(band).tobytes() == expected.crop(band).tobytes()
+
+
+def test_the_confusion_shades_are_not_set_by_the_missing_column():
+    """A partial run's missing column held most of every row, fading each reading towards white."""
+    pytest.importorskip("PIL")
+    image = scoring.plot_confusion({5: {5: 1, "missing": 99}, 6: {6: 1}})
+    cell, left, top = 36, 70, 60  # columns 5, 6, missing; rows 5, 6
+
+    def colour(row, column):
+        return image.getpixel((left + column * cell + 30, top + row * cell + 30))
+
+    assert colour(0, 0) == colour(1, 1) != (255, 255, 255)  # all of each row's replies: the same full shade
+    assert colour(0, 2) == scoring.PLOT_MISSING

@@ -1,24 +1,25 @@
 """lmms-eval hooks for the tangled-loops task (see tangled_loops.yaml beside this file).
 
-Run from anywhere with lmms-eval installed:
+The task reads a Hub export of the dataset (`python creation.py --export-hub hub_loops`, or
+the export uploaded to the Hub): its records carry their images embedded, so nothing is
+regenerated and no environment variable says where images live. From the repository root:
 
     python -m lmms_eval --model qwen2_5_vl --tasks tangled_loops \
         --include_path integrations/lmms_eval --batch_size 1 --log_samples --output_path logs/
 
-Images are opened relative to the dataset folder: $TANGLED_LOOPS_DIR when set,
-otherwise the repository root, where creation.py writes annotations.jsonl and
-images/ by default. The records come from the yaml's data_files, so both must
-name the same dataset: an image whose pixels differ from its record's
-pixel_sha256 stops the run rather than being scored against another
-dataset's answer (the file names of two datasets are the same).
+Each image is shown with scoring.evaluation_prompt: the record's question, then the answer-format
+line, the same text the VLMEvalKit TSV and the dataset card carry. An image whose pixels differ
+from its record's pixel_sha256 stops the run rather than being scored against another
+dataset's answer.
 
-The hooks need scoring.py (standard library only) and Pillow, never the
-generator. The samples lmms-eval logs can be graded again, with the full
-report, by `python scoring.py --evaluate <samples .jsonl or .json> --dataset DIR`.
+The hooks need scoring.py (standard library only) and Pillow, never the generator. The samples
+lmms-eval logs grade again, with the full report, by
+`python scoring.py --evaluate <samples .jsonl or .json> --dataset hub_loops`.
 """
 
 import hashlib
 import importlib.util
+import io
 import os
 
 from PIL import Image
@@ -37,36 +38,40 @@ def _load_scoring():
 
 scoring = _load_scoring()
 
-# Matches the marker extract_answer looks for first; the yaml's post_prompt
-# overrides it per model.
-ANSWER_FORMAT = "Answer with a single integer in the form 'Answer: N'."
-
 
 def pixel_sha256(image):
     """Hash of the decoded RGB pixels, as creation.py records it: independent of PNG encoder and storage mode."""
     return hashlib.sha256(image.convert("RGB").tobytes()).hexdigest()
 
 
+def _embedded_image(value):
+    """The record's image as a PIL image: decoded by `datasets` already, or its {"bytes", "path"} when
+    the column is not decoded. A path string means records without their images: refused."""
+    if isinstance(value, Image.Image):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("bytes"), bytes):
+        with Image.open(io.BytesIO(value["bytes"])) as image:
+            image.load()
+            return image.copy()
+    raise ValueError(
+        f"the record's image is {type(value).__name__}, not an embedded image: this task reads a Hub export "
+        "(python creation.py --export-hub hub_loops), whose records carry their images")
+
+
 def doc_to_visual(doc):
-    """The record's image as a one-element RGB list, the form lmms-eval models take."""
-    data_dir = os.environ.get("TANGLED_LOOPS_DIR", REPO_ROOT)
-    path = os.path.join(data_dir, doc["image"])
-    with Image.open(path) as image:
-        rgb = image.convert("RGB")
+    """The record's embedded image as a one-element RGB list, the form lmms-eval models take."""
+    rgb = _embedded_image(doc["image"]).convert("RGB")
     if "pixel_sha256" in doc and pixel_sha256(rgb) != doc["pixel_sha256"]:
-        raise ValueError(
-            f"{path} is not the image its record describes (pixel_sha256 differs): the records "
-            f"(data_files in tangled_loops.yaml) and the images ($TANGLED_LOOPS_DIR, now {data_dir}) "
-            "must come from the same dataset folder")
+        raise ValueError(f"record {doc.get('index')}: its image is not the one the record describes "
+                         "(pixel_sha256 differs): the export is damaged; export it again")
     return [rgb]
 
 
 def doc_to_text(doc, lmms_eval_specific_kwargs=None):
-    """The record's question with the pre/post prompt of the yaml (default: ANSWER_FORMAT after it)."""
+    """scoring.evaluation_prompt of the record's question, with the yaml's per-model pre/post prompt
+    around it (none by default: the prompt is the same in every harness)."""
     kwargs = lmms_eval_specific_kwargs or {}
-    pre_prompt = kwargs.get("pre_prompt", "")
-    post_prompt = kwargs.get("post_prompt", f"\n{ANSWER_FORMAT}")
-    return f"{pre_prompt}{doc['question']}{post_prompt}"
+    return f"{kwargs.get('pre_prompt', '')}{scoring.evaluation_prompt(doc['question'])}{kwargs.get('post_prompt', '')}"
 
 
 # ---------------------------------------------------------------------------
@@ -82,11 +87,14 @@ ITEM_METRICS = ("mean_abs_error", "off_by_one", "unparsable", "accuracy_by_count
 
 
 def process_results(doc, results):
-    """{"exact_match": 1.0 or 0.0, <each of ITEM_METRICS>: item} for the single generation in `results`."""
+    """{"exact_match": 1.0 or 0.0, "strict_match": the same for the strict reading (only "Answer: N"
+    ending a line, comparable across harnesses), <each of ITEM_METRICS>: item} for the generation in `results`."""
     predicted = scoring.extract_answer(results[0])
+    strict = 1.0 if scoring.extract_answer_line(results[0]) == doc["answer"] else 0.0
     item = {"answer": doc["answer"], "predicted": predicted}
     item.update({field: doc[field] for field in ("index", *scoring.IDENTITY_FIELDS) if field in doc})
-    return {"exact_match": 1.0 if predicted == doc["answer"] else 0.0, **{name: item for name in ITEM_METRICS}}
+    return {"exact_match": 1.0 if predicted == doc["answer"] else 0.0, "strict_match": strict,
+            **{name: item for name in ITEM_METRICS}}
 
 
 def _pairs(items):
