@@ -85,7 +85,7 @@ QUESTION = (
 
 WORKERS_PER_CORE = 4  # beyond the cores, workers only share them, each holding its memory: 100000 is a typo
 JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
-MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per index in memory
+MAX_SAMPLES = 10_000_000  # about 5 TB of images, and as many record files in one folder
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
@@ -169,6 +169,43 @@ def knob(default, help: str, group: str, **parser_options):
 ORIGINAL_SHAPE_FIELDS = ("min_radius", "max_radius", "radius_jitter", "max_waypoints")  # unused when budgeted
 
 
+# Bounds of single fields: least (an open bound where it is a float to stay above), most, and why the
+# most; each value outside is refused in one line naming the flag. Rules between fields are in Config.
+POSITIVE = math.ulp(0.0)
+BOUNDS = {
+    "n": (1, MAX_SAMPLES, "about 5 TB of images"),
+    "seed": (0, None, ""),
+    "min_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
+    "max_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
+    "min_radius": (POSITIVE, None, ""),
+    "min_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble; a cubic loop needs at least 4"),
+    "max_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble"),
+    "angle_jitter": (0, None, ""),
+    "radius_jitter": (0, float(np.nextafter(1, 0)), "a waypoint must stay on its side of the centre"),
+    "points_per_loop": (64, MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing more and only cost memory"),
+    "size": (1, MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
+    "interior_margin": (0, None, ""),
+    "stroke_width": (POSITIVE, None, ""),
+    **{name: (0, None, "") for name in ("min_gap", "parallel_gap", "max_parallel_run", "min_crossing_separation",
+                                        "min_same_pair_separation", "crossing_cluster_px", "min_curvature_radius",
+                                        "max_crossing_bend", "bend_window", "min_curl_px")},
+    "min_crossing_angle": (0, float(np.nextafter(90, 0)), "a crossing is at most a right angle"),
+    "wide_lens_angle": (0, 90, "a crossing is at most a right angle"),
+    "loop_attempts": (1, None, ""),
+    "sample_restarts": (1, None, ""),
+}
+
+
+def check_bounds(name: str, value, least, most, why: str) -> None:
+    """Refuse a value outside [least, most], in one line naming the flag."""
+    if not value >= least:
+        bound = "above 0" if least == POSITIVE else f"at least {least:,}"
+        raise ValueError(f"{flag(name)} must be {bound}, got {value:,}")
+    if most is not None and value > most:
+        bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
+        raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
+
+
 @dataclass(frozen=True)
 class Config:
     """Every knob of one dataset; each field is also the CLI flag of the same name."""
@@ -226,36 +263,20 @@ class Config:
 
     def __post_init__(self) -> None:
         defaults = Config.__dataclass_fields__
-        for name in ("n", "min_loops", "min_waypoints", "size", "loop_attempts", "sample_restarts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name, limit, why in (("size", MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
-                                 ("points_per_loop", MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing "
-                                  "more and only cost memory"),
-                                 *((name, MAX_LOOPS, "far more than a person can count in one image")
-                                   for name in ("min_loops", "max_loops")),
-                                 *((name, MAX_WAYPOINTS, "a loop through more is a scribble")
-                                   for name in ("min_waypoints", "max_waypoints"))):
-            if getattr(self, name) > limit:
-                raise ValueError(f"{flag(name)} must be at most {limit:,} ({why}), got {getattr(self, name):,}")
-        if not self.original_shapes:
-            unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
-            if unused:
-                raise unused_shape_flags(unused)
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float):
                 if not np.isfinite(value):
                     raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
                 object.__setattr__(self, field.name, value + 0.0)  # -0.0 reads as 0 but in numpy's bounds and data.json
-        if self.n > MAX_SAMPLES:
-            raise ValueError(f"--n must be at most {MAX_SAMPLES:,}, got {self.n:,}")
+        for name, (least, most, why) in BOUNDS.items():
+            check_bounds(name, getattr(self, name), least, most, why)
+        if not self.original_shapes:
+            unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
+            if unused:
+                raise unused_shape_flags(unused)
         if self.answers not in ANSWER_DISTRIBUTIONS:
             raise ValueError(f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}")
-        if self.seed < 0:
-            raise ValueError(f"--seed must be non-negative, got {self.seed}")
-        if self.min_waypoints < 4:
-            raise ValueError(f"--min-waypoints must be at least 4 for a cubic loop, got {self.min_waypoints}")
         ordered = [("min_loops", "max_loops")]
         if self.original_shapes:  # budgeted loops use neither max_radius nor max_waypoints
             ordered += [("min_radius", "max_radius"), ("min_waypoints", "max_waypoints")]
@@ -263,15 +284,6 @@ class Config:
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"{flag(low)} {getattr(self, low)} exceeds "
                                  f"{flag(high)} {getattr(self, high)}")
-        for name in ("interior_margin", "angle_jitter", "radius_jitter", "min_gap",
-                     "min_crossing_separation", "min_same_pair_separation", "crossing_cluster_px",
-                     "min_curvature_radius", "min_curl_px", "parallel_gap", "max_parallel_run",
-                     "max_crossing_bend", "bend_window"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{flag(name)} must be non-negative, got {getattr(self, name)}")
-        for name in ("min_radius", "stroke_width"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         # Every strand is searched for neighbours out to these distances, so they also bound the work.
         gap_limit = max(self.size, 1024) / MAX_GAP_FRACTION  # on small canvases, never under the defaults
         for name in ("min_gap", "parallel_gap"):
@@ -296,12 +308,6 @@ class Config:
                 f"--min-curvature-radius {self.min_curvature_radius:g} is tighter than the ink's reach "
                 f"({ink_reach:g} px at --stroke-width {self.stroke_width:g}): such a bend fills in and "
                 f"reads as a blob; raise it to at least {ink_reach:g}")
-        if not 0 <= self.min_crossing_angle < 90:
-            raise ValueError(f"--min-crossing-angle must be in [0, 90), got {self.min_crossing_angle}")
-        if not 0 <= self.wide_lens_angle <= 90:
-            raise ValueError(f"--wide-lens-angle must be in [0, 90], got {self.wide_lens_angle}")
-        if self.radius_jitter >= 1:
-            raise ValueError(f"--radius-jitter must be below 1, got {self.radius_jitter}")
         interior = self.size - 2 * self.interior_margin
         if interior <= 0:
             raise ValueError(f"--interior-margin {self.interior_margin:g} leaves no room on a "
@@ -312,8 +318,6 @@ class Config:
                 f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px "
                 f"but --size {self.size} minus twice --interior-margin {self.interior_margin} "
                 f"leaves {interior:g} px")
-        if self.points_per_loop < 64:
-            raise ValueError(f"--points-per-loop must be at least 64, got {self.points_per_loop}")
         if not self.original_shapes and self.min_loops < 2:
             raise ValueError(f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: "
                              "the loops join one tangle by crossing one another")
@@ -627,6 +631,25 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 # dozen crossings of a loop): sums over it and broadcasts against it cost several
 # times the arithmetic. So points are split into their coordinates where it counts,
 # and tables put the long axis last.
+
+
+RULES = {  # every traceability rule, in the order a check blames them, and what to change when most
+    # redraws break it; the crossing rules' checks are CROSSING_RULES, the others' try_add_loop's
+    "disconnected": "lower --max-loops",
+    "crossing_budget": "lower --max-loops",
+    "crossing_angle": "lower --max-loops or --min-crossing-angle",
+    "crossing_bend": "lower --max-loops or raise --max-crossing-bend",
+    "crossing_separation": "lower --max-loops, --min-crossing-separation or --crossing-cluster-px",
+    "same_pair_separation": "lower --max-loops, --min-same-pair-separation, --min-gap or --wide-lens-angle (two "
+                            "crossings of the same two loops must leave a gap of --min-gap between them, of "
+                            "--parallel-gap below --wide-lens-angle)",
+    "curl_size": "lower --min-curl-px",
+    "min_gap": "lower --max-loops or --min-gap",
+    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
+    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
+                 "or --radius-jitter)",
+    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
+}
 
 
 # numpy's fancy indexing takes a general, slow path for these two cases; the take and
@@ -1042,18 +1065,37 @@ def bends_misleadingly(bend_deg: np.ndarray, angle_deg: np.ndarray, cfg: Config)
     return bend_deg > cfg.max_crossing_bend * angle_deg
 
 
+def too_shallow(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
+    """Crossings at a shallower angle than min_crossing_angle: two strands meeting there read as touching."""
+    return angle_deg < cfg.min_crossing_angle
+
+
+def curl_too_small(reach_px: np.ndarray, cfg: Config) -> bool:
+    """Whether a lobe a loop makes by crossing itself reaches less than min_curl_px: a pinch, not a curl."""
+    return bool(np.any(reach_px < cfg.min_curl_px))
+
+
+def runs_too_long(runs_px: np.ndarray, cfg: Config) -> bool:
+    """Whether two strands run side by side, within parallel_gap, for longer than max_parallel_run."""
+    return bool(np.any(runs_px > cfg.max_parallel_run))
+
+
+def outside_margin(points: np.ndarray, cfg: Config) -> bool:
+    """Whether any point lies in the ink-free border of interior_margin along the canvas edges."""
+    return bool(np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin))
+
+
+CROSSING_RULES = {  # rule -> whether crossings `new`, joining the crossings `old`, break it
+    "crossing_angle": lambda new, old, cfg: bool(np.any(too_shallow(new.angle_deg, cfg))),
+    "crossing_bend": lambda new, old, cfg: bool(np.any(bends_misleadingly(new.bend_deg, new.angle_deg, cfg))),
+    "crossing_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[0],
+    "same_pair_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[1],
+}
+
+
 def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, cfg: Config) -> str | None:
     """The first crossing rule the new crossings break, or None."""
-    if np.any(new_crossings.angle_deg < cfg.min_crossing_angle):
-        return "crossing_angle"
-    if np.any(bends_misleadingly(new_crossings.bend_deg, new_crossings.angle_deg, cfg)):
-        return "crossing_bend"
-    too_close, same_pair_close = crossing_separation_faults(old_crossings + new_crossings, len(old_crossings), cfg)
-    if too_close:
-        return "crossing_separation"
-    if same_pair_close:
-        return "same_pair_separation"
-    return None
+    return next((rule for rule, broken in CROSSING_RULES.items() if broken(new_crossings, old_crossings, cfg)), None)
 
 
 @dataclass(frozen=True)
@@ -1164,33 +1206,6 @@ def longest_run_in_tangle_px(segs: Segments, crossings: Crossings, cfg: Config) 
     return float(runs.max(initial=0.0))
 
 
-def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
-    """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
-    segs, crossings, near = find_all_events(loops, cfg)
-    faults = []
-    if np.any(crossings.angle_deg < cfg.min_crossing_angle):
-        faults.append("crossing_angle")
-    if np.any(bends_misleadingly(crossings.bend_deg, crossings.angle_deg, cfg)):
-        faults.append("crossing_bend")
-    too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
-    faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
-    for loop_id, points in enumerate(loops):
-        mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
-        if not len(mine):
-            continue
-        if lobe_reach_px(loop_segments(points, loop_id, cfg.bend_window), crossings.take(mine)).min() < cfg.min_curl_px:
-            faults.append("curl_size")
-            break
-    if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
-        faults.append("min_gap")
-    if longest_run_in_tangle_px(segs, crossings, cfg) > cfg.max_parallel_run:
-        faults.append("parallel")
-    points = np.concatenate(loops)
-    if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
-        faults.append("interior_margin")
-    return faults
-
-
 # ---------------------------------------------------------------------------
 # The sampler: how the answer N is decided, then loops placed one at a time
 
@@ -1216,24 +1231,6 @@ def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
 
 class PlacementError(RuntimeError):
     pass
-
-
-LOOSEN = {  # what to change when most redraws break a rule
-    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
-                 "or --radius-jitter)",
-    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
-    "crossing_angle": "lower --max-loops or --min-crossing-angle",
-    "crossing_bend": "lower --max-loops or raise --max-crossing-bend",
-    "crossing_separation": "lower --max-loops, --min-crossing-separation or --crossing-cluster-px",
-    "same_pair_separation": "lower --max-loops, --min-same-pair-separation, --min-gap or --wide-lens-angle (two "
-                            "crossings of the same two loops must leave a gap of --min-gap between them, of "
-                            "--parallel-gap below --wide-lens-angle)",
-    "min_gap": "lower --max-loops or --min-gap",
-    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
-    "curl_size": "lower --min-curl-px",
-    "disconnected": "lower --max-loops",
-    "crossing_budget": "lower --max-loops",
-}
 
 
 @dataclass(frozen=True)
@@ -1295,7 +1292,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
             return None, "crossing_budget"
     # Most redraws fail on the angle of a crossing with an earlier loop; settle
     # that before looking for self-crossings, which the same rule would reject anyway.
-    if np.any(between.angle_deg < cfg.min_crossing_angle):
+    if np.any(too_shallow(between.angle_deg, cfg)):
         return None, "crossing_angle"
     segs = concat_segments([tangle.segs, new])
     offset = len(tangle.segs)
@@ -1314,7 +1311,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     if reason is not None:
         return None, reason
     curls = rows_where(np.arange(len(crossings)), crossings.is_self)
-    if len(curls) and lobe_reach_px(new, crossings.take(curls)).min() < cfg.min_curl_px:
+    if len(curls) and curl_too_small(lobe_reach_px(new, crossings.take(curls)), cfg):
         return None, "curl_size"
     # Clearance and parallel stretches, the costlier checks, run last, on one candidate search.
     reach = max(cfg.min_gap, cfg.parallel_gap) + longest
@@ -1323,7 +1320,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     within_gap = np.einsum("ij,ij->i", gap, gap) <= (cfg.min_gap + longest) ** 2
     if len(clearance_faults(rows_where(candidates, within_gap), segs, crossings, cfg, longest)):
         return None, "min_gap"
-    if np.any(parallel_runs_px(candidates, segs, crossings, cfg, longest) > cfg.max_parallel_run):
+    if runs_too_long(parallel_runs_px(candidates, segs, crossings, cfg, longest), cfg):
         return None, "parallel"
     crossings = tangle.crossings + crossings
     return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest,
@@ -1345,14 +1342,14 @@ class PlacementFaults:
                 & ~self.lens)
 
     def reason(self, room: float) -> str:
-        """The rule to blame when no copy passes: in try_add_loop's order, the first that all copies left break."""
+        """The rule to blame when no copy passes: in RULES order, the first that all copies left break."""
         passed = self.crossings >= 1
-        for rule, broke in (("disconnected", ~passed), ("crossing_budget", self.crossings > room),
-                            ("crossing_angle", self.shallow), ("crossing_bend", self.bent),
-                            ("crossing_separation", self.crowded)):
-            if not np.any(passed & ~broke):
+        broken = {"disconnected": ~passed, "crossing_budget": self.crossings > room, "crossing_angle": self.shallow,
+                  "crossing_bend": self.bent, "crossing_separation": self.crowded}
+        for rule in (rule for rule in RULES if rule in broken):
+            if not np.any(passed & ~broken[rule]):
                 return rule
-            passed &= ~broke
+            passed &= ~broken[rule]
         return "same_pair_separation"
 
 
@@ -1418,7 +1415,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
         return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
 
     clustered = per_copy(crowded) | joins_old_clusters(copy, near_old, tangle.crowding, len(tries))
-    faults = PlacementFaults(crossings, per_copy(angle < cfg.min_crossing_angle), per_copy(bent), clustered,
+    faults = PlacementFaults(crossings, per_copy(too_shallow(angle, cfg)), per_copy(bent), clustered,
                              per_copy(lens))
     return faults, CopyCrossings(copy, segment, row, point, angle)
 
@@ -1541,7 +1538,7 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
     raise PlacementError(
         f"sample {index} (seed {cfg.seed}): could not place {num_loops} loops within "
         f"{cfg.sample_restarts} restarts of {cfg.loop_attempts} redraws per loop; {count} of "
-        f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {LOOSEN[reason]}{smaller}")
+        f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {RULES[reason]}{smaller}")
 
 
 # ---------------------------------------------------------------------------
@@ -2088,7 +2085,8 @@ def folder_dataset(cfg: Config, out_dir: Path) -> tuple[dict | None, str | None,
                           "move it away or pass --overwrite to replace it"), True
         return None, None, False
     difference = identity_difference(found, identity(cfg))
-    if difference is None or not has_records:  # a run that drew nothing holds nothing: replaced
+    holds = has_records or any(os.path.lexists(out_dir / name) for name in (ANNOTATIONS_FILE, DATA_FILE))
+    if difference is None or not holds:  # a run that drew nothing holds nothing: replaced
         return found, None, difference is not None
     return found, (f"{out_dir} holds a different dataset ({difference}); choose another --out or pass "
                    "--overwrite to replace it"), True
@@ -2186,136 +2184,7 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
             remove_dead_temporaries(out_dir)
 
 
-# -- Drawing and collecting
-
-
-def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
-    """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record.
-    Returns whether the image was drawn. A missing overlay or scene is drawn from the regenerated geometry."""
-    cfg, index, out, overlays, scenes = job
-    out_dir = Path(out)
-    record = finished_record(cfg, out_dir, index)
-    overlay_path, scene_path = out_dir / overlay_name(index, cfg.n), out_dir / scene_name(index, cfg.n)
-    keep = record is not None
-    need_overlay = overlays and not (keep and png_tag(overlay_path) == record["pixel_sha256"])
-    need_scene = scenes and not (keep and scene_matches(scene_path, record))
-    if keep and not (need_overlay or need_scene):
-        return False
-    image, record, tangle = make_sample(cfg, index)
-    if not keep:
-        write_atomic(out_dir / record["image"], lambda tmp: save_png(image, tmp), out_dir)
-    if need_overlay:
-        overlay = render_overlay(image, tangle, cfg)
-        write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp, record["pixel_sha256"]), out_dir)
-    if need_scene:
-        scene = json.dumps(scene_of(record, tangle), ensure_ascii=False) + "\n"
-        write_atomic(scene_path, lambda tmp: tmp.write_text(scene, encoding="utf-8"), out_dir)
-    if not keep:
-        line = json.dumps(record, ensure_ascii=False) + "\n"
-        write_atomic(record_path(out_dir, index, cfg.n), lambda tmp: tmp.write_text(line, encoding="utf-8"), out_dir)
-    return not keep
-
-
-def check_sample(job: tuple[Config, int, str, bool]) -> tuple[bool, bool]:
-    """Worker for a merge: whether sample index is finished, and (asked for) whether its scene matches."""
-    cfg, index, out, scenes = job
-    record = finished_record(cfg, Path(out), index)
-    return record is not None, not scenes or (record is not None
-                                              and scene_matches(Path(out) / scene_name(index, cfg.n), record))
-
-
-def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> DatasetError:
-    """The refusal of a collect with samples missing: the first few, and which shards they belong to."""
-    shown = ", ".join(image_name(index, cfg.n) for index in missing[:SHOWN_MISSING])
-    more = f" and {len(missing) - SHOWN_MISSING:,} more" if len(missing) > SHOWN_MISSING else ""
-    ks = sorted({index % shards for index in missing}) if shards else []
-    named = f" of shard {', '.join(f'{k}/{shards}' for k in ks[:SHOWN_MISSING])}" if ks else ""
-    return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}"
-                        f"{f' and {len(ks) - SHOWN_MISSING} more shards' if len(ks) > SHOWN_MISSING else ''}"
-                        f": {shown}{more}")
-
-
-def collect(cfg: Config, out_dir: Path, workers: int, quiet: bool, scenes: bool | None) -> None:
-    """Write annotations.jsonl and data.json from the record files, in index order.
-
-    A merge (scenes not None) first has workers check every sample (and with scenes, every scene file);
-    a whole run has just done so. A missing sample is named, with its shard.
-    """
-    if scenes is not None:
-        jobs = ((cfg, index, str(out_dir), scenes) for index in range(cfg.n))
-        checked = run_jobs(check_sample, jobs, cfg.n, workers, quiet, "checking")
-        missing, bad_scenes = [], []
-        for index, (finished, scene_ok) in enumerate(checked):
-            (missing if not finished else bad_scenes if not scene_ok else []).append(index)
-        if missing:
-            shards = (read_json(state_path(out_dir, RUN_FILE)) or {}).get("shards")
-            raise missing_samples(cfg, missing, shards if type(shards) is int and shards > 0 else None)
-        if bad_scenes:
-            raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
-                               f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
-
-    def records() -> Iterator[dict]:
-        for index in range(cfg.n):
-            record = finished_record(cfg, out_dir, index, check_image=False)
-            if record is None:  # removed or edited since it was checked
-                raise missing_samples(cfg, [index], None)
-            yield record
-
-    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: write_jsonl(tmp, records()), out_dir)
-    write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records), out_dir)
-
-
-def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
-    """The first count images of the dataset in one grid, each captioned with its index and answer."""
-    records = list(itertools.islice(read_jsonl(out_dir / ANNOTATIONS_FILE), count))
-    thumbnails = []
-    for record in records:
-        with Image.open(out_dir / record["image"]) as image:
-            thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
-    captions = [f"#{r['index']}  answer {r['answer']}" for r in records]
-    sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(records))))
-    (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
-    write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
-                 lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
-
-
-def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
-                     overwrite: bool = False, overlays: bool = False, scenes: bool = False) -> int:
-    """Keep every finished sample of the shard (the whole dataset by default) and draw the rest; a whole
-    run then collects the dataset files. Returns how many images were drawn."""
-    with claimed_folder(cfg, out_dir, shard, overwrite):
-        if overlays:
-            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-        if scenes:
-            (out_dir / SCENES_DIR).mkdir(exist_ok=True)
-        indices = shard.indices(cfg.n)
-        jobs = ((cfg, index, str(out_dir), overlays, scenes) for index in indices)
-        results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
-        try:
-            drawn = sum(results)
-        finally:
-            results.close()  # stops the pool's workers before their temporaries are removed
-        if shard == WHOLE_RUN:
-            collect(cfg, out_dir, workers, quiet, scenes=None)
-        return drawn
-
-
-def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
-                 overwrite: bool = False) -> None:
-    """Check every sample the shard runs made (and with scenes, every scene file), then write the files a
-    single run would have written. A merge stopped at any point is finished by running it again."""
-    check_output_folder(out_dir)
-    found, refusal, replace = folder_dataset(cfg, out_dir)
-    if found is None:
-        raise DatasetError(f"{out_dir} holds no shard runs to merge ({refusal or f'no {STATE_DIR}/{RUN_FILE}'})")
-    if replace:  # never removed by a merge: most likely the very shards, with a flag mistyped
-        raise DatasetError(f"{out_dir} holds shard runs made with other flags ({identity_difference(found, identity(cfg))}):"
-                           " --merge takes the flags the shards were made with, and never removes shard work")
-    with claimed_folder(cfg, out_dir, WHOLE_RUN, overwrite=False):
-        collect(cfg, out_dir, workers, quiet, scenes=scenes)
-
-
-# -- Workers
+# -- Workers and the dataset files
 
 
 def worker_signals(parent_pid: int) -> None:
@@ -2487,6 +2356,135 @@ def write_document(path: Path, cfg: Config, records: Callable[[], Iterable[dict]
             sample = json.dumps(record, ensure_ascii=False, indent=1).replace("\n", "\n  ")
             out.write(("[\n  " if i == 0 else ",\n  ") + sample)
         out.write("\n ]\n}\n" if histogram else empty_list + "\n")
+
+
+# -- Drawing and collecting
+
+
+def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
+    """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record.
+    Returns whether the image was drawn. A missing overlay or scene is drawn from the regenerated geometry."""
+    cfg, index, out, overlays, scenes = job
+    out_dir = Path(out)
+    record = finished_record(cfg, out_dir, index)
+    overlay_path, scene_path = out_dir / overlay_name(index, cfg.n), out_dir / scene_name(index, cfg.n)
+    keep = record is not None
+    need_overlay = overlays and not (keep and png_tag(overlay_path) == record["pixel_sha256"])
+    need_scene = scenes and not (keep and scene_matches(scene_path, record))
+    if keep and not (need_overlay or need_scene):
+        return False
+    image, record, tangle = make_sample(cfg, index)
+    if not keep:
+        write_atomic(out_dir / record["image"], lambda tmp: save_png(image, tmp), out_dir)
+    if need_overlay:
+        overlay = render_overlay(image, tangle, cfg)
+        write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp, record["pixel_sha256"]), out_dir)
+    if need_scene:
+        scene = json.dumps(scene_of(record, tangle), ensure_ascii=False) + "\n"
+        write_atomic(scene_path, lambda tmp: tmp.write_text(scene, encoding="utf-8"), out_dir)
+    if not keep:
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        write_atomic(record_path(out_dir, index, cfg.n), lambda tmp: tmp.write_text(line, encoding="utf-8"), out_dir)
+    return not keep
+
+
+def check_sample(job: tuple[Config, int, str, bool]) -> tuple[bool, bool]:
+    """Worker for a merge: whether sample index is finished, and (asked for) whether its scene matches."""
+    cfg, index, out, scenes = job
+    record = finished_record(cfg, Path(out), index)
+    return record is not None, not scenes or (record is not None
+                                              and scene_matches(Path(out) / scene_name(index, cfg.n), record))
+
+
+def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> DatasetError:
+    """The refusal of a collect with samples missing: the first few, and which shards they belong to."""
+    shown = ", ".join(image_name(index, cfg.n) for index in missing[:SHOWN_MISSING])
+    more = f" and {len(missing) - SHOWN_MISSING:,} more" if len(missing) > SHOWN_MISSING else ""
+    ks = sorted({index % shards for index in missing}) if shards else []
+    named = f" of shard {', '.join(f'{k}/{shards}' for k in ks[:SHOWN_MISSING])}" if ks else ""
+    return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}"
+                        f"{f' and {len(ks) - SHOWN_MISSING} more shards' if len(ks) > SHOWN_MISSING else ''}"
+                        f": {shown}{more}")
+
+
+def collect(cfg: Config, out_dir: Path, workers: int, quiet: bool, scenes: bool | None) -> None:
+    """Write annotations.jsonl and data.json from the record files, in index order.
+
+    A merge (scenes not None) first has workers check every sample (and with scenes, every scene file);
+    a whole run has just done so. A missing sample is named, with its shard.
+    """
+    if scenes is not None:
+        jobs = ((cfg, index, str(out_dir), scenes) for index in range(cfg.n))
+        checked = run_jobs(check_sample, jobs, cfg.n, workers, quiet, "checking")
+        missing, bad_scenes = [], []
+        for index, (finished, scene_ok) in enumerate(checked):
+            (missing if not finished else bad_scenes if not scene_ok else []).append(index)
+        if missing:
+            shards = (read_json(state_path(out_dir, RUN_FILE)) or {}).get("shards")
+            raise missing_samples(cfg, missing, shards if type(shards) is int and shards > 0 else None)
+        if bad_scenes:
+            raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
+                               f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
+
+    def records() -> Iterator[dict]:
+        for index in range(cfg.n):
+            record = finished_record(cfg, out_dir, index, check_image=False)
+            if record is None:  # removed or edited since it was checked
+                raise missing_samples(cfg, [index], None)
+            yield record
+
+    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: write_jsonl(tmp, records()), out_dir)
+    write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records), out_dir)
+
+
+def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
+    """The first count images of the dataset in one grid, each captioned with its index and answer."""
+    records = list(itertools.islice(read_jsonl(out_dir / ANNOTATIONS_FILE), count))
+    thumbnails = []
+    for record in records:
+        with Image.open(out_dir / record["image"]) as image:
+            thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
+    captions = [f"#{r['index']}  answer {r['answer']}" for r in records]
+    sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(records))))
+    (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
+    write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
+                 lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
+
+
+def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
+                     overwrite: bool = False, overlays: bool = False, scenes: bool = False) -> int:
+    """Keep every finished sample of the shard (the whole dataset by default) and draw the rest; a whole
+    run then collects the dataset files. Returns how many images were drawn."""
+    with claimed_folder(cfg, out_dir, shard, overwrite):
+        if overlays:
+            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
+        if scenes:
+            (out_dir / SCENES_DIR).mkdir(exist_ok=True)
+        indices = shard.indices(cfg.n)
+        jobs = ((cfg, index, str(out_dir), overlays, scenes) for index in indices)
+        results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
+        try:
+            drawn = sum(results)
+        finally:
+            results.close()  # stops the pool's workers before their temporaries are removed
+        if shard == WHOLE_RUN:
+            collect(cfg, out_dir, workers, quiet, scenes=None)
+        return drawn
+
+
+def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
+                 overwrite: bool = False) -> None:
+    """Check every sample the shard runs made (and with scenes, every scene file), then write the files a
+    single run would have written. A merge stopped at any point is finished by running it again."""
+    check_output_folder(out_dir)
+    found, refusal, replace = folder_dataset(cfg, out_dir)
+    if found is None:
+        raise DatasetError(f"{out_dir} holds no shard runs to merge ({refusal or f'no {STATE_DIR}/{RUN_FILE}'})")
+    if replace:  # never removed by a merge: most likely the very shards, with a flag mistyped
+        raise DatasetError(f"{out_dir} holds shard runs made with other flags ({identity_difference(found, identity(cfg))}):"
+                           " --merge takes the flags the shards were made with, and never removes shard work")
+    with claimed_folder(cfg, out_dir, WHOLE_RUN, overwrite=False):
+        collect(cfg, out_dir, workers, quiet, scenes=scenes)
 
 
 # ---------------------------------------------------------------------------
