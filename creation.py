@@ -40,6 +40,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 import warnings
 import zlib
 from collections import Counter, deque
@@ -2040,22 +2041,24 @@ def make_output_folder(out_dir: Path) -> None:
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
 
 
-def lock_folder(out_dir: Path, exclusive: bool):
-    """The folder's one lock, held: exclusive for whole runs, merges and --overwrite, shared by shard runs.
+SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
 
-    It lives only while held (flock, released by the system however the run ends); the lock file stays.
-    Returns the open lock file, or None where there are no such locks (Windows, some network file systems).
-    """
-    if fcntl is None:
-        return None
-    lock = open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb")
-    try:
-        fcntl.flock(lock, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise LiveRun(f"another run is writing into {out_dir} right now; let it finish or stop it, "
-                      "then run again") from None
-    return lock
+
+def flock(file, mode: int, wait_s: float = 0.0) -> bool:
+    """Take an advisory lock on an open file, polling up to wait_s seconds; whether it was taken."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(file, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
+def live_run(out_dir: Path) -> LiveRun:
+    return LiveRun(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
@@ -2134,13 +2137,16 @@ def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
                            f"{shard.k}/{shard.m}: give every shard the same M")
 
 
-def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> None:
-    """Make out_dir this dataset's, under the exclusive lock: another dataset is refused unless --overwrite,
-    which removes it; the run file records the identity (and a shard run's split)."""
+def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, take_alone: Callable[[], bool]) -> None:
+    """Make out_dir this dataset's: another dataset is refused unless --overwrite, which removes it, and only
+    while no other run is live (take_alone takes the folder's lock alone); the run file records the identity
+    (and a shard run's split)."""
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
     if replace:
+        if not take_alone():
+            raise live_run(out_dir)
         remove_replaced_dataset(out_dir, found)
         found = None
     check_split(found, shard, out_dir)
@@ -2151,34 +2157,38 @@ def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> N
 
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir for this run: checked (a refused run writes nothing), made, locked, claimed, dead runs'
-    temporaries removed; on leaving, this run's too. A shard run that finds other shard runs live joins
-    them under the shared lock if the folder already holds this dataset split the same way."""
+    """Hold out_dir for this run: checked (a refused run writes nothing), made, locked and claimed, dead
+    runs' temporaries removed; on leaving, this run's too.
+
+    The folder's one lock (flock on .tangled_loops/lock, live only while held, released however a run
+    ends) is shared by shard runs and held alone by whole runs and merges; a shard run holds it alone
+    while it sets up with --overwrite or replaces a run file no sample backs. Shard runs set the folder
+    up one at a time (.tangled_loops/setup).
+    Where there are no such locks (Windows, some network file systems), runs go unguarded.
+    """
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
     check_split(None if replace else found, shard, out_dir)
     make_output_folder(out_dir)
-    try:
-        lock, joined = lock_folder(out_dir, exclusive=True), False
-    except LiveRun:
-        if shard == WHOLE_RUN or overwrite:
-            raise
-        lock, joined = lock_folder(out_dir, exclusive=False), True
-    with lock or contextlib.nullcontext():
+    if fcntl is None:
+        claim_folder(cfg, out_dir, shard, overwrite, lambda: True)
+        yield
+        return
+    flags = os.O_WRONLY | os.O_CREAT
+    with open_regular(state_path(out_dir, "lock"), flags, "wb") as lock, \
+            open_regular(state_path(out_dir, "setup"), flags, "wb") as setup:
         try:
-            if joined:
-                found, refusal, replace = folder_dataset(cfg, out_dir)
-                if found is None or refusal is not None or replace:
-                    raise LiveRun(f"another run is writing a different dataset into {out_dir} right now; "
-                                  "let it finish or stop it, then run again")
-                check_split(found, shard, out_dir)
-            else:
-                claim_folder(cfg, out_dir, shard, overwrite)
-                remove_dead_temporaries(out_dir)
-                if shard != WHOLE_RUN and lock is not None:
-                    fcntl.flock(lock, fcntl.LOCK_SH)  # the folder is set up: other shards may join
+            if shard != WHOLE_RUN and not flock(setup, fcntl.LOCK_EX, SETUP_WAIT_S):
+                raise live_run(out_dir)
+            if not flock(lock, fcntl.LOCK_EX if shard == WHOLE_RUN or overwrite else fcntl.LOCK_SH):
+                raise live_run(out_dir)
+            claim_folder(cfg, out_dir, shard, overwrite, lambda: flock(lock, fcntl.LOCK_EX))
+            remove_dead_temporaries(out_dir)
+            if shard != WHOLE_RUN:
+                fcntl.flock(lock, fcntl.LOCK_SH)  # back to shared, if it was taken alone to replace a dataset
+                fcntl.flock(setup, fcntl.LOCK_UN)
             yield
         finally:
             remove_dead_temporaries(out_dir)

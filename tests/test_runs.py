@@ -1,6 +1,7 @@
 """Runs that span machines or survive interruption: shards, merge, resume, refusals, signals, the lock."""
 
 import errno
+import fcntl
 import gc
 import json
 import os
@@ -398,21 +399,46 @@ def test_an_overwriting_shard_is_refused_while_a_whole_run_is_live(long_referenc
     assert listing(tmp_path) == listing(long_reference)
 
 
+def held_lock(folder, mode):
+    """The folder's lock held as a live run holds it: shared by shard runs, alone by the rest."""
+    lock = open(folder / STATE / "lock", "wb")
+    fcntl.flock(lock, mode)
+    return lock
+
+
 def test_shard_runs_share_the_folder_and_shut_out_whole_runs_and_merges(tmp_path, capsys):
     assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "1/3", "--workers", "1"]) == 0
-    lock = creation.lock_folder(tmp_path, exclusive=False)  # a shard run of this dataset, live
-    try:
+    with held_lock(tmp_path, fcntl.LOCK_SH):  # a shard run of this dataset, live
         for k in (0, 2):  # other shards of the same folder run alongside
             assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", f"{k}/3", "--workers", "1"]) == 0
         for extra in (["--merge"], [], ["--shard", "0/3", "--overwrite"]):
             assert creation.main([*FLAGS, "--out", str(tmp_path), *extra]) == 1
             assert "another run is writing into" in capsys.readouterr().err
-        other = ["--n", str(N), "--seed", str(SEED + 1), "--quiet", "--out", str(tmp_path), "--shard", "0/3"]
-        assert creation.main(other) == 2  # another dataset's shard beside a live one
-        assert "holds a different dataset (seed 21, not 22)" in capsys.readouterr().err
-    finally:
-        lock.close()
+    with held_lock(tmp_path, fcntl.LOCK_EX):  # a whole run or a merge, live
+        assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "0/3"]) == 1
     assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 0
+
+
+def test_a_shard_run_of_another_dataset_never_replaces_a_live_one_that_drew_nothing_yet(tmp_path, capsys):
+    (tmp_path / STATE).mkdir()
+    run_file = tmp_path / STATE / "run.json"
+    run_file.write_text(json.dumps({**creation.identity(creation.Config(n=N, seed=SEED + 1)), "shards": 3}) + "\n")
+    before = run_file.read_bytes()
+    with held_lock(tmp_path, fcntl.LOCK_SH):  # its shard run has started and holds no sample yet
+        assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "0/3", "--workers", "1"]) == 1
+        assert "another run is writing into" in capsys.readouterr().err
+    assert run_file.read_bytes() == before
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--shard", "0/3", "--workers", "1"]) == 0  # once it is gone
+
+
+def test_shard_runs_started_together_all_run(reference, tmp_path):
+    runs = [subprocess.Popen(command(tmp_path, "--shard", f"{k}/3", "--workers", "1"), stderr=subprocess.PIPE, text=True)
+            for k in range(3)]
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 0
+    assert dataset_bytes(tmp_path) == dataset_bytes(reference)
 
 
 def test_a_lock_file_left_by_a_killed_run_guards_nothing(tmp_path, monkeypatch):
@@ -635,7 +661,7 @@ def test_whatever_sits_at_an_image_path_is_redrawn_never_decoded_blindly_or_wait
     assert outside.read_bytes() == before and record.is_file()
 
 
-@pytest.mark.parametrize("name", ["lock", "run.json"])
+@pytest.mark.parametrize("name", ["lock", "setup", "run.json"])
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
 def test_the_runs_own_files_are_never_read_or_written_through(name, kind, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
