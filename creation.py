@@ -94,7 +94,7 @@ MAX_LOOPS = 100  # far past what a person can count in one image; a sample's wor
 MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
 LENS_ARC_RATIO = 1.5  # an eye's sides are nearly straight (under 1.1 x their chord); a curl's lobe is far longer
-GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
+GRID_CELL_PX = 4.5  # above the longest segment at default settings, so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
@@ -153,8 +153,8 @@ NESTED_CURL_SHARE = (0.0, 1.0)
 NESTED_CURLS_PER_MISSING_LOOP = 0.6
 NESTED_CURL_ROOM = 0.7  # room a nested curl takes on its loop, in ring curls (it needs no gap of its own)
 INNER_CURL_ARC_GAPS = 3.0  # arc a nested curl adds, in waypoint gaps
-# A nested curl's trochoid ratio: at the ring curls' 3.5-5.5 it crosses at about 33 degrees, below 3 its
-# tip bends too tightly on small loops.
+# A nested curl's trochoid ratio: at the ring curls' ratios it crosses too shallowly, below 3 its tip
+# bends too tightly on small loops (creation.md, "Nested curls").
 INNER_CURL_DEPTH = (3.0, 3.5)
 
 
