@@ -35,11 +35,12 @@ import json
 import math
 import multiprocessing
 import os
-import re
+import shutil
 import signal
 import stat
 import sys
 import threading
+import time
 import warnings
 import zlib
 from collections import Counter, deque
@@ -48,7 +49,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import BinaryIO, Callable, Iterable, Iterator, NamedTuple, NoReturn
+from typing import Callable, Iterable, Iterator, NamedTuple, NoReturn
 
 
 def leave_quietly(signum, frame) -> NoReturn:
@@ -61,7 +62,7 @@ if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_
     signal.signal(signal.SIGINT, leave_quietly)
 
 import numpy as np  # noqa: E402
-from PIL import Image  # noqa: E402
+from PIL import Image, PngImagePlugin  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 try:
@@ -85,7 +86,7 @@ QUESTION = (
 
 WORKERS_PER_CORE = 4  # beyond the cores, workers only share them, each holding its memory: 100000 is a typo
 JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
-MAX_SAMPLES = 10_000_000  # about 5 TB of images; resuming keeps 12 bytes per index in memory
+MAX_SAMPLES = 10_000_000  # about 5 TB of images, and as many record files in one folder
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
 MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
 MAX_POINTS_PER_LOOP = 20_000
@@ -93,7 +94,7 @@ MAX_LOOPS = 100  # far past what a person can count in one image; a sample's wor
 MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
 LENS_ARC_RATIO = 1.5  # an eye's sides are nearly straight (under 1.1 x their chord); a curl's lobe is far longer
-GRID_CELL_PX = 4.5  # above the longest segment at default settings (~4.2 px), so a crossing search reads 3 x 3 cells
+GRID_CELL_PX = 4.5  # above the longest segment at default settings, so a crossing search reads 3 x 3 cells
 
 # Drawing is done on a one-channel "tone" scale and stored through a fixed
 # palette, so every pixel lies on the ink-to-paper colour ramp exactly.
@@ -109,6 +110,7 @@ REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (
 CROSSING_RING_PX = 9  # radius of the ring marking a crossing in an overlay
 THUMBNAIL_PX = 256  # side of one image on the contact sheet
 CONTACT_SHEET_FILE = "contact_sheet.png"
+PNG_TAG = "tangled_loops"  # PNG text key marking an overlay (its image's pixel hash) or contact sheet (its run's)
 SCENES_DIR = "scenes"  # one JSON file of geometry per image: never inside images/
 SCENE_MAX_ARC_PX = 4.0  # most arc between consecutive points of a scene's polyline
 SCENE_DECIMALS = 1  # scene coordinates are rounded to 0.1 px
@@ -151,8 +153,8 @@ NESTED_CURL_SHARE = (0.0, 1.0)
 NESTED_CURLS_PER_MISSING_LOOP = 0.6
 NESTED_CURL_ROOM = 0.7  # room a nested curl takes on its loop, in ring curls (it needs no gap of its own)
 INNER_CURL_ARC_GAPS = 3.0  # arc a nested curl adds, in waypoint gaps
-# A nested curl's trochoid ratio: at the ring curls' 3.5-5.5 it crosses at about 33 degrees, below 3 its
-# tip bends too tightly on small loops.
+# A nested curl's trochoid ratio: at the ring curls' ratios it crosses too shallowly, below 3 its tip
+# bends too tightly on small loops (creation.md, "Nested curls").
 INNER_CURL_DEPTH = (3.0, 3.5)
 
 
@@ -166,6 +168,43 @@ def knob(default, help: str, group: str, **parser_options):
 
 
 ORIGINAL_SHAPE_FIELDS = ("min_radius", "max_radius", "radius_jitter", "max_waypoints")  # unused when budgeted
+
+
+# Bounds of single fields: least (an open bound where it is a float to stay above), most, and why the
+# most; each value outside is refused in one line naming the flag. Rules between fields are in Config.
+POSITIVE = math.ulp(0.0)
+BOUNDS = {
+    "n": (1, MAX_SAMPLES, "about 5 TB of images"),
+    "seed": (0, None, ""),
+    "min_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
+    "max_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
+    "min_radius": (POSITIVE, None, ""),
+    "min_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble; a cubic loop needs at least 4"),
+    "max_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble"),
+    "angle_jitter": (0, None, ""),
+    "radius_jitter": (0, float(np.nextafter(1, 0)), "a waypoint must stay on its side of the centre"),
+    "points_per_loop": (64, MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing more and only cost memory"),
+    "size": (1, MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
+    "interior_margin": (0, None, ""),
+    "stroke_width": (POSITIVE, None, ""),
+    **{name: (0, None, "") for name in ("min_gap", "parallel_gap", "max_parallel_run", "min_crossing_separation",
+                                        "min_same_pair_separation", "crossing_cluster_px", "min_curvature_radius",
+                                        "max_crossing_bend", "bend_window", "min_curl_px")},
+    "min_crossing_angle": (0, float(np.nextafter(90, 0)), "a crossing is at most a right angle"),
+    "wide_lens_angle": (0, 90, "a crossing is at most a right angle"),
+    "loop_attempts": (1, None, ""),
+    "sample_restarts": (1, None, ""),
+}
+
+
+def check_bounds(name: str, value, least, most, why: str) -> None:
+    """Refuse a value outside [least, most], in one line naming the flag."""
+    if not value >= least:
+        bound = "above 0" if least == POSITIVE else f"at least {least:,}"
+        raise ValueError(f"{flag(name)} must be {bound}, got {value:,}")
+    if most is not None and value > most:
+        bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
+        raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
 
 
 @dataclass(frozen=True)
@@ -225,36 +264,20 @@ class Config:
 
     def __post_init__(self) -> None:
         defaults = Config.__dataclass_fields__
-        for name in ("n", "min_loops", "min_waypoints", "size", "loop_attempts", "sample_restarts"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{flag(name)} must be at least 1, got {getattr(self, name)}")
-        for name, limit, why in (("size", MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
-                                 ("points_per_loop", MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing "
-                                  "more and only cost memory"),
-                                 *((name, MAX_LOOPS, "far more than a person can count in one image")
-                                   for name in ("min_loops", "max_loops")),
-                                 *((name, MAX_WAYPOINTS, "a loop through more is a scribble")
-                                   for name in ("min_waypoints", "max_waypoints"))):
-            if getattr(self, name) > limit:
-                raise ValueError(f"{flag(name)} must be at most {limit:,} ({why}), got {getattr(self, name):,}")
-        if not self.original_shapes:
-            unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
-            if unused:
-                raise unused_shape_flags(unused)
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if isinstance(value, float):
                 if not np.isfinite(value):
                     raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
                 object.__setattr__(self, field.name, value + 0.0)  # -0.0 reads as 0 but in numpy's bounds and data.json
-        if self.n > MAX_SAMPLES:
-            raise ValueError(f"--n must be at most {MAX_SAMPLES:,}, got {self.n:,}")
+        for name, (least, most, why) in BOUNDS.items():
+            check_bounds(name, getattr(self, name), least, most, why)
+        if not self.original_shapes:
+            unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
+            if unused:
+                raise unused_shape_flags(unused)
         if self.answers not in ANSWER_DISTRIBUTIONS:
             raise ValueError(f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}")
-        if self.seed < 0:
-            raise ValueError(f"--seed must be non-negative, got {self.seed}")
-        if self.min_waypoints < 4:
-            raise ValueError(f"--min-waypoints must be at least 4 for a cubic loop, got {self.min_waypoints}")
         ordered = [("min_loops", "max_loops")]
         if self.original_shapes:  # budgeted loops use neither max_radius nor max_waypoints
             ordered += [("min_radius", "max_radius"), ("min_waypoints", "max_waypoints")]
@@ -262,15 +285,6 @@ class Config:
             if getattr(self, low) > getattr(self, high):
                 raise ValueError(f"{flag(low)} {getattr(self, low)} exceeds "
                                  f"{flag(high)} {getattr(self, high)}")
-        for name in ("interior_margin", "angle_jitter", "radius_jitter", "min_gap",
-                     "min_crossing_separation", "min_same_pair_separation", "crossing_cluster_px",
-                     "min_curvature_radius", "min_curl_px", "parallel_gap", "max_parallel_run",
-                     "max_crossing_bend", "bend_window"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{flag(name)} must be non-negative, got {getattr(self, name)}")
-        for name in ("min_radius", "stroke_width"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{flag(name)} must be positive, got {getattr(self, name)}")
         # Every strand is searched for neighbours out to these distances, so they also bound the work.
         gap_limit = max(self.size, 1024) / MAX_GAP_FRACTION  # on small canvases, never under the defaults
         for name in ("min_gap", "parallel_gap"):
@@ -295,12 +309,6 @@ class Config:
                 f"--min-curvature-radius {self.min_curvature_radius:g} is tighter than the ink's reach "
                 f"({ink_reach:g} px at --stroke-width {self.stroke_width:g}): such a bend fills in and "
                 f"reads as a blob; raise it to at least {ink_reach:g}")
-        if not 0 <= self.min_crossing_angle < 90:
-            raise ValueError(f"--min-crossing-angle must be in [0, 90), got {self.min_crossing_angle}")
-        if not 0 <= self.wide_lens_angle <= 90:
-            raise ValueError(f"--wide-lens-angle must be in [0, 90], got {self.wide_lens_angle}")
-        if self.radius_jitter >= 1:
-            raise ValueError(f"--radius-jitter must be below 1, got {self.radius_jitter}")
         interior = self.size - 2 * self.interior_margin
         if interior <= 0:
             raise ValueError(f"--interior-margin {self.interior_margin:g} leaves no room on a "
@@ -311,8 +319,6 @@ class Config:
                 f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px "
                 f"but --size {self.size} minus twice --interior-margin {self.interior_margin} "
                 f"leaves {interior:g} px")
-        if self.points_per_loop < 64:
-            raise ValueError(f"--points-per-loop must be at least 64, got {self.points_per_loop}")
         if not self.original_shapes and self.min_loops < 2:
             raise ValueError(f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: "
                              "the loops join one tangle by crossing one another")
@@ -626,6 +632,25 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 # dozen crossings of a loop): sums over it and broadcasts against it cost several
 # times the arithmetic. So points are split into their coordinates where it counts,
 # and tables put the long axis last.
+
+
+RULES = {  # every traceability rule, in the order a check blames them, and what to change when most
+    # redraws break it; the crossing rules' checks are CROSSING_RULES, the others' try_add_loop's
+    "disconnected": "lower --max-loops",
+    "crossing_budget": "lower --max-loops",
+    "crossing_angle": "lower --max-loops or --min-crossing-angle",
+    "crossing_bend": "lower --max-loops or raise --max-crossing-bend",
+    "crossing_separation": "lower --max-loops, --min-crossing-separation or --crossing-cluster-px",
+    "same_pair_separation": "lower --max-loops, --min-same-pair-separation, --min-gap or --wide-lens-angle (two "
+                            "crossings of the same two loops must leave a gap of --min-gap between them, of "
+                            "--parallel-gap below --wide-lens-angle)",
+    "curl_size": "lower --min-curl-px",
+    "min_gap": "lower --max-loops or --min-gap",
+    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
+    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
+                 "or --radius-jitter)",
+    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
+}
 
 
 # numpy's fancy indexing takes a general, slow path for these two cases; the take and
@@ -1041,18 +1066,37 @@ def bends_misleadingly(bend_deg: np.ndarray, angle_deg: np.ndarray, cfg: Config)
     return bend_deg > cfg.max_crossing_bend * angle_deg
 
 
+def too_shallow(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
+    """Crossings at a shallower angle than min_crossing_angle: two strands meeting there read as touching."""
+    return angle_deg < cfg.min_crossing_angle
+
+
+def curl_too_small(reach_px: np.ndarray, cfg: Config) -> bool:
+    """Whether a lobe a loop makes by crossing itself reaches less than min_curl_px: a pinch, not a curl."""
+    return bool(np.any(reach_px < cfg.min_curl_px))
+
+
+def runs_too_long(runs_px: np.ndarray, cfg: Config) -> bool:
+    """Whether two strands run side by side, within parallel_gap, for longer than max_parallel_run."""
+    return bool(np.any(runs_px > cfg.max_parallel_run))
+
+
+def outside_margin(points: np.ndarray, cfg: Config) -> bool:
+    """Whether any point lies in the ink-free border of interior_margin along the canvas edges."""
+    return bool(np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin))
+
+
+CROSSING_RULES = {  # rule -> whether crossings `new`, joining the crossings `old`, break it
+    "crossing_angle": lambda new, old, cfg: bool(np.any(too_shallow(new.angle_deg, cfg))),
+    "crossing_bend": lambda new, old, cfg: bool(np.any(bends_misleadingly(new.bend_deg, new.angle_deg, cfg))),
+    "crossing_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[0],
+    "same_pair_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[1],
+}
+
+
 def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, cfg: Config) -> str | None:
     """The first crossing rule the new crossings break, or None."""
-    if np.any(new_crossings.angle_deg < cfg.min_crossing_angle):
-        return "crossing_angle"
-    if np.any(bends_misleadingly(new_crossings.bend_deg, new_crossings.angle_deg, cfg)):
-        return "crossing_bend"
-    too_close, same_pair_close = crossing_separation_faults(old_crossings + new_crossings, len(old_crossings), cfg)
-    if too_close:
-        return "crossing_separation"
-    if same_pair_close:
-        return "same_pair_separation"
-    return None
+    return next((rule for rule, broken in CROSSING_RULES.items() if broken(new_crossings, old_crossings, cfg)), None)
 
 
 @dataclass(frozen=True)
@@ -1163,33 +1207,6 @@ def longest_run_in_tangle_px(segs: Segments, crossings: Crossings, cfg: Config) 
     return float(runs.max(initial=0.0))
 
 
-def tangle_violations(loops: list[np.ndarray], cfg: Config) -> list[str]:
-    """Every rule a finished set of loops breaks, checked over all pairs at once (for audits and tests)."""
-    segs, crossings, near = find_all_events(loops, cfg)
-    faults = []
-    if np.any(crossings.angle_deg < cfg.min_crossing_angle):
-        faults.append("crossing_angle")
-    if np.any(bends_misleadingly(crossings.bend_deg, crossings.angle_deg, cfg)):
-        faults.append("crossing_bend")
-    too_close, same_pair_close = crossing_separation_faults(crossings, 0, cfg)
-    faults += ["crossing_separation"] * too_close + ["same_pair_separation"] * same_pair_close
-    for loop_id, points in enumerate(loops):
-        mine = rows_where(np.arange(len(crossings)), crossings.is_self & (crossings.loop_a == loop_id))
-        if not len(mine):
-            continue
-        if lobe_reach_px(loop_segments(points, loop_id, cfg.bend_window), crossings.take(mine)).min() < cfg.min_curl_px:
-            faults.append("curl_size")
-            break
-    if len(clearance_faults(near, segs, crossings, cfg, longest_segment(segs))):
-        faults.append("min_gap")
-    if longest_run_in_tangle_px(segs, crossings, cfg) > cfg.max_parallel_run:
-        faults.append("parallel")
-    points = np.concatenate(loops)
-    if np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin):
-        faults.append("interior_margin")
-    return faults
-
-
 # ---------------------------------------------------------------------------
 # The sampler: how the answer N is decided, then loops placed one at a time
 
@@ -1215,24 +1232,6 @@ def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
 
 class PlacementError(RuntimeError):
     pass
-
-
-LOOSEN = {  # what to change when most redraws break a rule
-    "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
-                 "or --radius-jitter)",
-    "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
-    "crossing_angle": "lower --max-loops or --min-crossing-angle",
-    "crossing_bend": "lower --max-loops or raise --max-crossing-bend",
-    "crossing_separation": "lower --max-loops, --min-crossing-separation or --crossing-cluster-px",
-    "same_pair_separation": "lower --max-loops, --min-same-pair-separation, --min-gap or --wide-lens-angle (two "
-                            "crossings of the same two loops must leave a gap of --min-gap between them, of "
-                            "--parallel-gap below --wide-lens-angle)",
-    "min_gap": "lower --max-loops or --min-gap",
-    "parallel": "lower --max-loops or --parallel-gap, or raise --max-parallel-run",
-    "curl_size": "lower --min-curl-px",
-    "disconnected": "lower --max-loops",
-    "crossing_budget": "lower --max-loops",
-}
 
 
 @dataclass(frozen=True)
@@ -1294,7 +1293,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
             return None, "crossing_budget"
     # Most redraws fail on the angle of a crossing with an earlier loop; settle
     # that before looking for self-crossings, which the same rule would reject anyway.
-    if np.any(between.angle_deg < cfg.min_crossing_angle):
+    if np.any(too_shallow(between.angle_deg, cfg)):
         return None, "crossing_angle"
     segs = concat_segments([tangle.segs, new])
     offset = len(tangle.segs)
@@ -1313,7 +1312,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     if reason is not None:
         return None, reason
     curls = rows_where(np.arange(len(crossings)), crossings.is_self)
-    if len(curls) and lobe_reach_px(new, crossings.take(curls)).min() < cfg.min_curl_px:
+    if len(curls) and curl_too_small(lobe_reach_px(new, crossings.take(curls)), cfg):
         return None, "curl_size"
     # Clearance and parallel stretches, the costlier checks, run last, on one candidate search.
     reach = max(cfg.min_gap, cfg.parallel_gap) + longest
@@ -1322,7 +1321,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     within_gap = np.einsum("ij,ij->i", gap, gap) <= (cfg.min_gap + longest) ** 2
     if len(clearance_faults(rows_where(candidates, within_gap), segs, crossings, cfg, longest)):
         return None, "min_gap"
-    if np.any(parallel_runs_px(candidates, segs, crossings, cfg, longest) > cfg.max_parallel_run):
+    if runs_too_long(parallel_runs_px(candidates, segs, crossings, cfg, longest), cfg):
         return None, "parallel"
     crossings = tangle.crossings + crossings
     return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest,
@@ -1344,14 +1343,14 @@ class PlacementFaults:
                 & ~self.lens)
 
     def reason(self, room: float) -> str:
-        """The rule to blame when no copy passes: in try_add_loop's order, the first that all copies left break."""
+        """The rule to blame when no copy passes: in RULES order, the first that all copies left break."""
         passed = self.crossings >= 1
-        for rule, broke in (("disconnected", ~passed), ("crossing_budget", self.crossings > room),
-                            ("crossing_angle", self.shallow), ("crossing_bend", self.bent),
-                            ("crossing_separation", self.crowded)):
-            if not np.any(passed & ~broke):
+        broken = {"disconnected": ~passed, "crossing_budget": self.crossings > room, "crossing_angle": self.shallow,
+                  "crossing_bend": self.bent, "crossing_separation": self.crowded}
+        for rule in (rule for rule in RULES if rule in broken):
+            if not np.any(passed & ~broken[rule]):
                 return rule
-            passed &= ~broke
+            passed &= ~broken[rule]
         return "same_pair_separation"
 
 
@@ -1417,7 +1416,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
         return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
 
     clustered = per_copy(crowded) | joins_old_clusters(copy, near_old, tangle.crowding, len(tries))
-    faults = PlacementFaults(crossings, per_copy(angle < cfg.min_crossing_angle), per_copy(bent), clustered,
+    faults = PlacementFaults(crossings, per_copy(too_shallow(angle, cfg)), per_copy(bent), clustered,
                              per_copy(lens))
     return faults, CopyCrossings(copy, segment, row, point, angle)
 
@@ -1540,7 +1539,7 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
     raise PlacementError(
         f"sample {index} (seed {cfg.seed}): could not place {num_loops} loops within "
         f"{cfg.sample_restarts} restarts of {cfg.loop_attempts} redraws per loop; {count} of "
-        f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {LOOSEN[reason]}{smaller}")
+        f"{sum(redraws.values()) - redraws['restart']} redraws broke the {reason} rule: {RULES[reason]}{smaller}")
 
 
 # ---------------------------------------------------------------------------
@@ -1657,10 +1656,14 @@ def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Gene
     return image
 
 
-def save_png(image: Image.Image, target) -> None:
-    """PNG with Huffman-only deflate: canvas noise defeats LZ77 matching, so
-    skipping it is several times faster and also gives smaller files."""
-    image.save(target, format="PNG", compress_type=zlib.Z_HUFFMAN_ONLY)
+def save_png(image: Image.Image, target, tag: str | None = None) -> None:
+    """PNG with Huffman-only deflate: canvas noise defeats LZ77 matching, so skipping it is several times
+    faster and gives smaller files. A tag marks an overlay or contact sheet as this generator's."""
+    info = None
+    if tag is not None:
+        info = PngImagePlugin.PngInfo()
+        info.add_text(PNG_TAG, tag)
+    image.save(target, format="PNG", compress_type=zlib.Z_HUFFMAN_ONLY, pnginfo=info)
 
 
 def pixel_sha256(image: Image.Image) -> str:
@@ -1808,24 +1811,38 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 
 
 # ---------------------------------------------------------------------------
-# Writing: atomic files, resumable runs, shards
+# Runs: finished samples on disk, then one collect step
 #
-# What a rerun reads back: its journal, annotations.jsonl and shard files,
-# line by line, each line a record or nothing (a damaged line is skipped and
-# its sample drawn again). data.json is written, never read for records; its
-# head lines (generator version and config, one field a line) say whose it is.
-# What a run deletes: the tool's own files it can name, in folders that really
-# are inside the output folder; an image only when a record of the dataset
-# being replaced names it and its pixels match that record; a scene file only
-# when it names a replaced record's image, index and pixel hash.
+# A run keeps its state in OUT/.tangled_loops/: run.json (the dataset's identity), one record file a
+# finished sample (its annotations.jsonl line, written after its image), a lock and, while a file is
+# being written, tmp/<pid>/. A sample is finished when its record fits the config and its image has the
+# recorded pixels; everything else is drawn again. The collect step writes annotations.jsonl and
+# data.json from the record files, in index order, at the end of a whole run and as all of --merge.
+# A file is deleted only under --overwrite, only when the old run's records name it and its content
+# still matches them; temporaries only in the folders of dead processes.
+
+STATE_DIR = ".tangled_loops"
+RUN_FILE = "run.json"
+EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
+MAX_RECORD_BYTES = 1 << 16  # a record is under 1 KB: a larger file is damaged, and its sample redrawn
+MAX_SCENE_BYTES = 1 << 28  # far above any scene (about 15 bytes a point): a larger file is not read
+SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
+OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
+# Making --out failed because of the path itself (too long, read-only, not a folder, forbidden, missing).
+BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT,
+                     errno.EEXIST, errno.ELOOP}
 
 
 class DatasetError(RuntimeError):
-    """The output folder cannot take this run as asked (another dataset, a live run, broken shards): exit 1."""
+    """The output folder cannot take this run as it is (another dataset, a missing sample, a pipe): exit 2."""
+
+    status = 2
 
 
-class BadOutput(DatasetError):
-    """Bad input: --out, or something in it, the run must not read or write through as it is: exit 2."""
+class LiveRun(DatasetError):
+    """Another run holds the folder's lock right now: exit 1, the same command later will do."""
+
+    status = 1
 
 
 @dataclass(frozen=True)
@@ -1838,74 +1855,21 @@ class Shard:
     def indices(self, n: int) -> range:
         return range(self.k, n, self.m)
 
-    @property
-    def tag(self) -> str:
-        return f"{self.k:05d}-of-{self.m:05d}"
-
 
 WHOLE_RUN = Shard(0, 1)
-MISSING_SHARDS_NAMED = 5  # a merge names the first few missing shards, and counts the rest
-SHARDS_DIR = "shards"
-DATASET_FILES = (ANNOTATIONS_FILE, DATA_FILE)
-IMAGE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.png$")
-IMAGE_PATH_RE = re.compile(rf"^{IMAGES_DIR}/{TASK_NAME}_\d+\.png$")  # how a record names its image
-SCENE_NAME_RE = re.compile(rf"^{TASK_NAME}_(\d+)\.json$")
-MAX_SCENE_BYTES = 1 << 28  # far above any scene (about 15 bytes a point): a larger file is not read, and is redrawn
-TEMPORARY_RE = re.compile(r"^\.(?P<name>.+)\.tmp\d+$")
-SHARD_NAME_RE = re.compile(r"^(?:shard|\.progress)-(?P<k>\d+)-of-(?P<m>\d+)\.jsonl$")  # a shard file or journal
-HEAD_FIELD_RE = re.compile(r'^( {1,2})"(\w+)": (.*?),?\s*$')  # a "key": value line of data.json's head
-MAX_LINE_BYTES = 1 << 16  # a record line is under 1 KB: a longer one is damaged, and never held whole
-HEAD_LINES = 200  # data.json names its generator and config within its first ~35 lines
-OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))  # each 0 where missing
-NOT_OURS = "its head names no generator and config"
-NOT_RECORDS = "its first line is no record of this generator"
-# Making --out failed because of the path itself (too long, read-only, not a folder, forbidden, missing).
-BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT,
-                     errno.EEXIST, errno.ELOOP}
-EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 
 
-def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is a file or lies under one, a folder this user cannot write to, a link to
-    nothing, or an export's folder, before anything is made."""
-    if out_dir.is_symlink() and not out_dir.exists():
-        raise BadOutput(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
-    for folder in (out_dir, *out_dir.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
-                raise BadOutput(f"--out {out_dir} {where}, not a folder")
-            if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):  # Windows says yes to any folder
-                raise BadOutput(f"--out {out_dir} is not writable (its permissions, or a read-only file system): "
-                                "choose another folder")
-            break
-    # Its annotations.jsonl describes the export's own image files: a dataset written there would leave
-    # them describing nothing, whatever --overwrite says.
-    if os.path.lexists(out_dir / EXPORT_MARKER_FILE):
-        raise BadOutput(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
-                        "another folder and export from there")
+def state_path(out_dir: Path, *parts: str) -> Path:
+    return out_dir.joinpath(STATE_DIR, *parts)
 
 
-def missing_folders(out_dir: Path) -> list[Path]:
-    """out_dir and those of its parents that are not there yet, deepest first: what mkdir(parents=True) makes."""
-    return list(itertools.takewhile(lambda folder: not os.path.lexists(folder), (out_dir, *out_dir.parents)))
+def record_path(out_dir: Path, index: int, n: int) -> Path:
+    return state_path(out_dir, "records", f"{Path(image_name(index, n)).stem}.json")
 
 
-def remove_empty_folders(folders: list[Path]) -> None:
-    """Remove each of the folders (deepest first) that is empty; one that holds something stays."""
-    for folder in folders:
-        with contextlib.suppress(OSError):  # a journal to resume from, an image, or files of someone else's
-            folder.rmdir()
-
-
-@contextlib.contextmanager
-def removed_if_left_empty(folders: list[Path]) -> Iterator[None]:
-    """If the run fails, remove the folders it made (deepest first) that it left empty."""
-    try:
-        yield
-    except BaseException:
-        remove_empty_folders(folders)
-        raise
+def identity(cfg: Config) -> dict:
+    """What makes two runs the same dataset: same generator, same config."""
+    return {"generator_version": GENERATOR_VERSION, "config": dataclasses.asdict(cfg)}
 
 
 def kind_of(path: Path) -> str:
@@ -1916,10 +1880,10 @@ def kind_of(path: Path) -> str:
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text):
-    """Open a file of the folder only if it is a regular file: never through a symlink, never
-    blocking on a named pipe. Raises FileNotFoundError if absent, BadOutput if something else is there."""
+    """Open path only if it is a regular file: never through a symlink, never waiting on a pipe or device.
+    Raises FileNotFoundError if absent, DatasetError if something else is there."""
     try:
-        fd = os.open(path, flags | OPEN_SAFELY, 0o644)  # O_NONBLOCK: a named pipe does not wait for a writer
+        fd = os.open(path, flags | OPEN_SAFELY, 0o644)
     except OSError as error:
         if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
             raise
@@ -1928,140 +1892,91 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text)
         return os.fdopen(fd, mode, **text)
     if fd is not None:
         os.close(fd)
-    raise BadOutput(f"{path} is {kind_of(path)}, not a file: the run never reads or writes through one; "
-                    "move it away")
-
-
-def write_atomic(path: Path, write) -> None:
-    """Write through a temporary sibling and rename, so readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        tmp.unlink(missing_ok=True)  # a symlink left at this name is not written through
-        try:
-            write(tmp)
-        except OSError as error:
-            if error.filename != str(tmp):
-                raise
-            # A folder that refuses the write: the temporary's name means nothing to the user, the file's does.
-            raise OSError(error.errno, error.strerror, str(path)) from None
-        os.replace(tmp, path)  # replaces a symlink at path, never its target
-    finally:
-        with contextlib.suppress(OSError):  # a folder that refused the write may refuse this too
-            tmp.unlink(missing_ok=True)
-
-
-def inside(out_dir: Path, folder: Path) -> bool:
-    """Whether a folder really is out_dir or inside it, not reached through a symlink out of it."""
-    base, real = os.path.realpath(out_dir), os.path.realpath(folder)
-    return real == base or real.startswith(base + os.sep)
-
-
-def remove_entry(out_dir: Path, path: Path) -> None:
-    """Unlink one directory entry (never a target a symlink points to), unless its folder lies outside out_dir."""
-    if inside(out_dir, path.parent):
-        path.unlink(missing_ok=True)
-
-
-def line_records(lines: BinaryIO) -> Iterator[tuple[int, object]]:
-    """(byte offset, value) of each line of a JSON-lines file; None for a damaged line: cut short, not
-    JSON, not UTF-8, nested too deep, a number too long to read, NaN, or longer than any record."""
-    offset = 0
-    while line := lines.readline(MAX_LINE_BYTES):
-        start, offset = offset, offset + len(line)
-        damaged = False
-        while len(line) == MAX_LINE_BYTES and not line.endswith(b"\n"):  # skip the rest of an overlong line
-            damaged, line = True, lines.readline(MAX_LINE_BYTES)
-            offset += len(line)
-        yield start, None if damaged else parse_line(line)
+    raise DatasetError(f"{path} is {kind_of(path)}, not a file: the run never reads or writes through one; "
+                       "move it away")
 
 
 def reject_constant(name: str):
     raise ValueError(f"{name} is not a number a record holds")
 
 
-def parse_line(line: bytes):
+def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
+    """The JSON value in a regular file of at most limit bytes; None if absent, larger, or not JSON."""
     try:
-        return json.loads(line, parse_constant=reject_constant)
+        with open_regular(path) as file:
+            text = file.read(limit + 1)
+    except (FileNotFoundError, DatasetError):
+        return None
+    if len(text) > limit:
+        return None
+    try:
+        return json.loads(text, parse_constant=reject_constant)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 
 
-def first_line_value(path: Path):
-    """The JSON value on a file's first line (a journal's or shard file's header); None if damaged."""
-    with open_regular(path) as lines:
-        return next((value for _, value in line_records(lines)), None)
+def write_atomic(path: Path, write, out_dir: Path) -> None:
+    """Write path through a file in this process's temporary folder and rename it into place, so no reader
+    sees half a file and a killed run leaves nothing beside the dataset. Errors name path, never the temporary."""
+    folder = state_path(out_dir, "tmp", str(os.getpid()))
+    tmp = folder / path.name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)
+        write(tmp)
+        os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(path)) from None
 
 
-def identity(cfg: Config) -> dict:
-    """What makes two runs the same dataset: same generator, same config."""
-    return {"generator_version": GENERATOR_VERSION, "config": dataclasses.asdict(cfg)}
+def remove_dead_temporaries(out_dir: Path) -> None:
+    """Delete the temporary folders of processes that are gone (this one's too, once it calls this last)."""
+    root = state_path(out_dir, "tmp")
+    for folder in root.glob("*") if root.is_dir() and not root.is_symlink() else ():
+        if folder.name.isdigit() and (int(folder.name) == os.getpid() or not process_alive(int(folder.name))):
+            shutil.rmtree(folder, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        root.rmdir()  # stays while another run writes through it
 
 
-def identity_fields(cfg: Config) -> dict[str, str]:
-    """The identity as field -> JSON text, the form both a header and data.json's head lines are read in."""
-    return header_fields(identity(cfg))
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
-def header_fields(header) -> dict[str, str] | None:
-    """The identity a journal or shard header declares, as field -> JSON text; None if it declares none."""
-    if not (isinstance(header, dict) and isinstance(header.get("config"), dict)):
+def image_matches(path: Path, sha256, size: int) -> bool:
+    """Whether path is a regular file holding a PNG of at most size x size pixels with this pixel hash.
+    The size is read from the header before any pixel is decoded."""
+    try:
+        with open_regular(path) as file, warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check guards
+            with Image.open(file, formats=["PNG"]) as image:
+                return image.width * image.height <= size * size and pixel_sha256(image) == sha256
+    except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
+        return False
+
+
+def png_tag(path: Path) -> str | None:
+    """The generator's tag in a PNG's text chunks (an overlay's or contact sheet's), read without decoding."""
+    try:
+        with open_regular(path) as file, Image.open(file, formats=["PNG"]) as image:
+            return image.info.get(PNG_TAG)
+    except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
         return None
-    config = {name: json.dumps(value, ensure_ascii=False) for name, value in header["config"].items()}
-    return {"generator_version": json.dumps(header.get("generator_version")), **config}
 
 
-def data_json_head(path: Path) -> tuple[dict[str, str], bool]:
-    """The generator version and config data.json's head declares, as field -> JSON text, and whether
-    the head is whole (a copy cut short ends inside it).
-
-    write_document puts each on a line of its own before the samples, so
-    the head is read line by line and the samples never are.
-    """
-    fields = {}
-    with open_regular(path) as head:
-        for _ in range(HEAD_LINES):
-            line = head.readline(MAX_LINE_BYTES)
-            if not line:
-                return fields, False
-            match = HEAD_FIELD_RE.match(line.decode("utf-8", "replace"))
-            if match is None:
-                continue
-            depth, key, value = len(match[1]), match[2], match[3]
-            if depth == 1 and key in ("question", "num_samples", "samples"):  # past the config
-                break
-            if depth == 2 or key == "generator_version":
-                fields[key] = value
-    return fields, True
-
-
-def identity_difference(found: dict[str, str] | None, expected: dict[str, str]) -> str | None:
-    """What a declared identity has that this run's has not, in a few words ("seed 1, not 2"); None if the same."""
-    if found == expected:
-        return None
-    if not found or "generator_version" not in found:
-        return NOT_OURS
-
-    def shown(text: str) -> str:
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    differences = [f"{key} {shown(found[key]) if key in found else 'missing'}, not {value}"
-                   for key, value in expected.items() if found.get(key) != value]
-    differences += [f"{key} {shown(found[key])}, unknown here" for key in found if key not in expected]
-    more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
-    return "; ".join(differences[:3]) + more
-
-
-def record_difference(cfg: Config, record) -> str:
-    """Why record_fits refuses a record, in a few words ("index 4: answer 9.0, not 9"), the seed first."""
-    index = record.get("index") if isinstance(record, dict) else None
-    if type(index) is not int or not 0 <= index < cfg.n:
-        return "not a record of this dataset's indices"
-    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    keys = sorted((key for key, value in fixed.items() if not same_value(record.get(key), value)),
-                  key=lambda key: key != "seed")
-    shown = [f"{key} {json.dumps(record.get(key), ensure_ascii=False)[:40]}, not {json.dumps(fixed[key])[:40]}"
-             for key in keys[:2]]
-    return f"index {index}: {'; '.join(shown)}"
+def scene_matches(path: Path, record: dict) -> bool:
+    """Whether path is a scene file naming the record's image, index and pixel hash."""
+    scene = read_json(path, MAX_SCENE_BYTES)
+    return isinstance(scene, dict) and all(same_value(scene.get(key), record.get(key))
+                                           for key in ("image", "index", "pixel_sha256"))
 
 
 def same_value(found, expected) -> bool:
@@ -2069,399 +1984,217 @@ def same_value(found, expected) -> bool:
     return type(found) is type(expected) and found == expected
 
 
-def journal_path(out_dir: Path, shard: Shard) -> Path:
-    """Records of finished samples, appended as they come, so an interrupted run can resume."""
-    return out_dir / (".progress.jsonl" if shard == WHOLE_RUN else f".progress-{shard.tag}.jsonl")
+def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = True) -> dict | None:
+    """Sample index's record if it is on disk, fits the config and (checked) its image has the recorded pixels."""
+    record = read_json(record_path(out_dir, index, cfg.n))
+    if not (record_fits(cfg, record) and record["index"] == index):
+        return None
+    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256"), cfg.size):
+        return None
+    return record
 
 
-def shard_path(out_dir: Path, shard: Shard) -> Path:
-    return out_dir / SHARDS_DIR / f"shard-{shard.tag}.jsonl"
+# -- The folder: checks, the lock, the identity
 
 
-def shard_of(path: Path) -> Shard | None:
-    """The shard a shard file's (or a shard run's journal's) name says it holds."""
-    match = SHARD_NAME_RE.match(path.name)
-    return Shard(int(match["k"]), int(match["m"])) if match else None
+def check_output_folder(out_dir: Path) -> None:
+    """Refuse an --out that is a file or under one, a link to nothing, a folder this user cannot write
+    to, or an export's folder, before anything is made."""
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise DatasetError(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
+    for folder in (out_dir, *out_dir.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
+                raise DatasetError(f"--out {out_dir} {where}, not a folder")
+            if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):
+                raise DatasetError(f"--out {out_dir} is not writable (its permissions, or a read-only file "
+                                   "system): choose another folder")
+            break
+    if os.path.lexists(out_dir / EXPORT_MARKER_FILE):  # its annotations describe the export's own files
+        raise DatasetError(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
+                           "another folder and export from there")
+    files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}"]  # replaced, never written through
+    folders = [STATE_DIR, IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
+    for name in files + folders:
+        path, what = out_dir / name, "folder" if name in folders else "file"
+        if not os.path.lexists(path):
+            continue
+        mode = os.stat(path).st_mode if name in folders[1:] and path.exists() else os.lstat(path).st_mode
+        if not (stat.S_ISDIR if what == "folder" else stat.S_ISREG)(mode):
+            raise DatasetError(f"{path} is {kind_of(path)}, not a {what}, and the run writes a {what} of that "
+                               "name: move it away")
+
+
+def make_output_folder(out_dir: Path) -> None:
+    """Make out_dir (and its run's folders); if out_dir cannot be made, leave no parent made on the way."""
+    made = list(itertools.takewhile(lambda folder: not os.path.lexists(folder), (out_dir, *out_dir.parents)))
+    try:
+        state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
+        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
+    except OSError as error:
+        for folder in made:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        if error.errno not in BAD_FOLDER_ERRNOS:  # a full or failing disk is no fault of the flag's value
+            raise
+        raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
+
+
+SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
+
+
+def flock(file, mode: int, wait_s: float = 0.0) -> bool:
+    """Take an advisory lock on an open file, polling up to wait_s seconds; whether it was taken."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(file, mode | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
+def live_run(out_dir: Path) -> LiveRun:
+    return LiveRun(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
+
+
+def identity_difference(found: dict, expected: dict) -> str | None:
+    """What a run file declares that this run's identity does not, in a few words ("seed 6, not 5")."""
+    fields = {"generator_version": found.get("generator_version"), **found["config"]}
+    wanted = {"generator_version": expected["generator_version"], **expected["config"]}
+    differences = [f"{key} {json.dumps(fields.get(key))[:40]}, not {json.dumps(value)}"
+                   for key, value in wanted.items() if not same_value(fields.get(key), value)]
+    differences += [f"{key} unknown here" for key in fields if key not in wanted]
+    more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
+    return "; ".join(differences[:3]) + more if differences else None
+
+
+def folder_dataset(cfg: Config, out_dir: Path) -> tuple[dict | None, str | None, bool]:
+    """Whose dataset out_dir holds, read from its run file alone: (the run file, None if absent or damaged;
+    why this run may not simply go on there, None if it may; whether --overwrite alone lets it)."""
+    path = state_path(out_dir, RUN_FILE)
+    found = read_json(path)
+    has_records = any(state_path(out_dir, "records").glob("*.json"))
+    if not (isinstance(found, dict) and isinstance(found.get("config"), dict)):
+        if os.path.lexists(path):
+            return None, f"{path} is not a run file of this generator: move it away or pass --overwrite", True
+        stray = [out_dir / name for name in (ANNOTATIONS_FILE, DATA_FILE) if os.path.lexists(out_dir / name)]
+        if stray or has_records:
+            where = stray[0] if stray else state_path(out_dir, "records")
+            return None, (f"{where} was not made by a run of this generator here (no {STATE_DIR}/{RUN_FILE}): "
+                          "move it away or pass --overwrite to replace it"), True
+        return None, None, False
+    difference = identity_difference(found, identity(cfg))
+    holds = has_records or any(os.path.lexists(out_dir / name) for name in (ANNOTATIONS_FILE, DATA_FILE))
+    if difference is None or not holds:  # a run that drew nothing holds nothing: replaced
+        return found, None, difference is not None
+    return found, (f"{out_dir} holds a different dataset ({difference}); choose another --out or pass "
+                   "--overwrite to replace it"), True
+
+
+def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
+    """--overwrite: delete the files the old run's records name whose content still matches them (image,
+    overlay, scene), then the records and the run file, and a contact sheet tagged as that run's."""
+    for path in sorted(state_path(out_dir, "records").glob("*.json")):
+        record = read_json(path)
+        image = record.get("image") if isinstance(record, dict) else None
+        if isinstance(image, str) and image.startswith(IMAGES_DIR + "/") and image.count("/") == 1:
+            sha, name = record.get("pixel_sha256"), Path(image).name
+            scene = out_dir / SCENES_DIR / f"{Path(name).stem}.json"
+            if scene_matches(scene, record):
+                remove_file(out_dir, scene)
+            overlay = out_dir / REVIEW_DIR / "overlays" / name
+            if png_tag(overlay) == sha:
+                remove_file(out_dir, overlay)
+            if image_matches(out_dir / image, sha, MAX_SIZE_PX):
+                remove_file(out_dir, out_dir / image)
+        path.unlink()
+    sheet = out_dir / REVIEW_DIR / CONTACT_SHEET_FILE
+    if old_run is not None and png_tag(sheet) == run_digest(old_run):
+        remove_file(out_dir, sheet)
+    state_path(out_dir, RUN_FILE).unlink(missing_ok=True)
+
+
+def remove_file(out_dir: Path, path: Path) -> None:
+    """Unlink one entry, unless its folder leads out of out_dir through a symlink."""
+    base, real = os.path.realpath(out_dir), os.path.realpath(path.parent)
+    if real == base or real.startswith(base + os.sep):
+        path.unlink(missing_ok=True)
+
+
+def run_digest(run: dict) -> str:
+    """A short fingerprint of a run's identity: the tag of its contact sheet."""
+    wanted = {key: run.get(key) for key in ("generator_version", "config")}
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
+    if shard != WHOLE_RUN and found is not None and found.get("shards", shard.m) != shard.m:
+        raise DatasetError(f"{out_dir} holds shards of a {found['shards']}-way split; this run is shard "
+                           f"{shard.k}/{shard.m}: give every shard the same M")
+
+
+def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, take_alone: Callable[[], bool]) -> None:
+    """Make out_dir this dataset's: another dataset is refused unless --overwrite, which removes it, and only
+    while no other run is live (take_alone takes the folder's lock alone); the run file records the identity
+    (and a shard run's split)."""
+    found, refusal, replace = folder_dataset(cfg, out_dir)
+    if refusal is not None and not overwrite:
+        raise DatasetError(refusal)
+    if replace:
+        if not take_alone():
+            raise live_run(out_dir)
+        remove_replaced_dataset(out_dir, found)
+        found = None
+    check_split(found, shard, out_dir)
+    if found is None or (shard != WHOLE_RUN and "shards" not in found):
+        run = {**identity(cfg), **({"shards": shard.m} if shard != WHOLE_RUN else {})}
+        write_atomic(state_path(out_dir, RUN_FILE), lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir)
 
 
 @contextlib.contextmanager
-def exclusive_run(out_dir: Path, shard: Shard, cfg: Config | None = None) -> Iterator[None]:
-    """Hold the folder's lock for a shard (the whole run by default), or refuse.
+def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
+    """Hold out_dir for this run: checked (a refused run writes nothing), made, locked and claimed, dead
+    runs' temporaries removed; on leaving, this run's too.
 
-    A second run into the same folder, started while the first is still
-    going (a job array without --shard, a requeued job), would journal every
-    sample twice. The lock is an advisory one on a file beside the journal,
-    released by the system however the run ends. Where there are no such
-    locks (Windows, some network file systems), runs go unguarded.
+    The folder's one lock (flock on .tangled_loops/lock, live only while held, released however a run
+    ends) is shared by shard runs and held alone by whole runs and merges; a shard run holds it alone
+    while it sets up with --overwrite or replaces a run file no sample backs. Shard runs set the folder
+    up one at a time (.tangled_loops/setup).
+    Where there are no such locks (Windows, some network file systems), runs go unguarded.
     """
+    check_output_folder(out_dir)
+    found, refusal, replace = folder_dataset(cfg, out_dir)
+    if refusal is not None and not overwrite:
+        raise DatasetError(refusal)
+    check_split(None if replace else found, shard, out_dir)
+    make_output_folder(out_dir)
     if fcntl is None:
+        claim_folder(cfg, out_dir, shard, overwrite, lambda: True)
         yield
         return
-    lock_path = journal_path(out_dir, shard).with_suffix(".lock")
-    while True:
-        lock = open_regular(lock_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, "ab")
+    flags = os.O_WRONLY | os.O_CREAT
+    with open_regular(state_path(out_dir, "lock"), flags, "wb") as lock, \
+            open_regular(state_path(out_dir, "setup"), flags, "wb") as setup:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if locks_its_path(lock, lock_path):
-                break
-        except BlockingIOError:
-            lock.close()
-            raise DatasetError(f"another run is writing{live_run_subject(out_dir, shard, cfg)} into {out_dir} "
-                               "right now; let it finish or stop it, then run again") from None
-        except OSError:
-            print(f"creation.py: note: {out_dir} does not support file locks; nothing stops a second run "
-                  "writing the same files at once", file=sys.stderr)
-            break
-        lock.close()  # a run that ended meanwhile removed the file we locked: lock the path afresh
-    try:
-        yield
-    finally:
-        lock_path.unlink(missing_ok=True)  # while held: a run that locks this file later finds it gone and retries
-        lock.close()
+            if shard != WHOLE_RUN and not flock(setup, fcntl.LOCK_EX, SETUP_WAIT_S):
+                raise live_run(out_dir)
+            if not flock(lock, fcntl.LOCK_EX if shard == WHOLE_RUN or overwrite else fcntl.LOCK_SH):
+                raise live_run(out_dir)
+            claim_folder(cfg, out_dir, shard, overwrite, lambda: flock(lock, fcntl.LOCK_EX))
+            remove_dead_temporaries(out_dir)
+            if shard != WHOLE_RUN:
+                fcntl.flock(lock, fcntl.LOCK_SH)  # back to shared, if it was taken alone to replace a dataset
+                fcntl.flock(setup, fcntl.LOCK_UN)
+            yield
+        finally:
+            remove_dead_temporaries(out_dir)
 
 
-def live_run_subject(out_dir: Path, shard: Shard, cfg: Config | None) -> str:
-    """What the run holding the lock is writing (" this dataset"), as far as its journal tells: never a guess."""
-    try:
-        found = header_fields(first_line_value(journal_path(out_dir, shard)))
-    except (OSError, DatasetError):  # no journal yet (a merge, or a run starting), or not a file
-        found = None
-    part = "" if shard == WHOLE_RUN else f" shard {shard.k}/{shard.m}"
-    if found is None or cfg is None:
-        return part
-    difference = identity_difference(found, identity_fields(cfg))
-    dataset = "this dataset" if difference is None else f"a different dataset ({difference})"
-    return f"{part} of {dataset}" if part else f" {dataset}"
-
-
-def locks_its_path(lock, lock_path: Path) -> bool:
-    """Whether the open file is still the one at lock_path (not removed or replaced since it was opened)."""
-    try:
-        return os.path.samestat(os.fstat(lock.fileno()), os.stat(lock_path))
-    except FileNotFoundError:
-        return False
-
-
-@contextlib.contextmanager
-def after_completion(what: str) -> Iterator[None]:
-    """Mark a Ctrl-C or SIGTERM that lands once `what` is written, so the run does not ask to resume it."""
-    try:
-        yield
-    except KeyboardInterrupt as stop:
-        stop.completed = what
-        raise
-
-
-# -- Reading the folder (no changes made)
-
-
-@dataclass
-class Survey:
-    """What an output folder holds for a run, as found before the run changes anything."""
-
-    mine: list[Path]  # files whose records the run may reuse; a later file's record for an index wins
-    foreign: list[tuple[Path, str]]  # another dataset's files, each with what differs
-    damaged_journal: bool  # the run's own journal declares nothing: killed before its header was written
-    other_split: list[Path]  # this dataset's shard files and journals of another shard count than the run's
-
-
-def survey_folder(cfg: Config, out_dir: Path, shard: Shard) -> Survey:
-    """Sort the generator's files in out_dir into this dataset's and another's.
-
-    A whole run reuses every shard file's records, a shard run its own; both
-    reuse their own journal and a finished dataset's annotations.jsonl.
-    Other shards' journals may be growing right now and are only checked
-    for belonging to the same dataset.
-    """
-    expected = identity_fields(cfg)
-    survey = Survey([], [], False, [])
-    journal, annotations, data = journal_path(out_dir, shard), out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE
-    empty = not data.exists() or os.lstat(data).st_size == 0
-    fields, whole = ({}, False) if empty else data_json_head(data)
-    # This generator's data.json cut short (empty, or ending inside a head that names the generator) holds
-    # nothing, as if absent; anything else is this or another dataset's, or not this generator's file.
-    finished = not empty and (whole or "generator_version" not in fields)
-    if finished:
-        difference = identity_difference(fields, expected)
-        if difference is not None:
-            survey.foreign.append((data, difference))
-        elif annotations.exists():
-            survey.mine.append(annotations)  # written just before data.json: the finished dataset's records
-    elif annotations.exists():
-        difference = annotations_difference(cfg, annotations)
-        if difference is not None:  # left by a run killed between the two, it is rewritten; not even this config's:
-            survey.foreign.append((annotations, difference))
-    for path in sorted(out_dir.glob(".progress*.jsonl")) + sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl")):
-        try:
-            found = header_fields(first_line_value(path))
-        except FileNotFoundError:  # another shard's run finished and removed it meanwhile
-            continue
-        if found is None:
-            survey.damaged_journal |= path == journal
-            continue
-        difference = identity_difference(found, expected)
-        named = shard_of(path)  # None for a whole run's journal
-        if difference is not None:
-            survey.foreign.append((path, difference))
-        elif path == journal or (path.parent.name == SHARDS_DIR and shard in (WHOLE_RUN, named)):
-            survey.mine.append(path)
-        elif shard != WHOLE_RUN and named is not None and named.m != shard.m:
-            survey.other_split.append(path)
-    return survey
-
-
-def annotations_difference(cfg: Config, path: Path) -> str | None:
-    """Why an annotations.jsonl left without data.json is not this config's, naming the line; None if it is."""
-    keys = fixed_fields(cfg, 0, cfg.min_loops).keys()  # every record of this generator has them
-    with open_regular(path) as lines:
-        number = 0
-        for number, (_, record) in enumerate(line_records(lines), 1):
-            if number == 1 and not (isinstance(record, dict) and keys <= record.keys()):
-                return NOT_RECORDS
-            if not record_fits(cfg, record):
-                return f"line {number}: {record_difference(cfg, record)}"
-    return None if number else "empty"
-
-
-def merged_dataset_present(cfg: Config, out_dir: Path) -> bool:
-    """Whether out_dir holds this dataset's data.json and an annotations.jsonl of all n records in order."""
-    data, annotations = out_dir / DATA_FILE, out_dir / ANNOTATIONS_FILE
-    if not (data.exists() and annotations.exists()):
-        return False
-    fields, whole = data_json_head(data)
-    if not whole or identity_difference(fields, identity_fields(cfg)) is not None:
-        return False
-    with open_regular(annotations) as lines:
-        indices = (record.get("index") if record_fits(cfg, record) else None for _, record in line_records(lines))
-        return all(same_value(got, want) for got, want in itertools.zip_longest(indices, range(cfg.n)))
-
-
-class KnownRecords:
-    """Which file and byte offset hold the record already on disk for each index.
-
-    A run that resumes or repeats reads each record back when its sample
-    comes up, instead of holding them all: 12 bytes per index.
-    """
-
-    def __init__(self, n: int):
-        self.paths: list[Path] = []
-        self.source = np.full(n, -1, dtype=np.int32)
-        self.offset = np.zeros(n, dtype=np.int64)
-
-    def add(self, path: Path) -> None:
-        """Take the records of a JSON-lines file; a later file's record for an index wins."""
-        try:
-            lines = open_regular(path)
-        except FileNotFoundError:  # merged away since the survey
-            return
-        self.paths.append(path)
-        with lines:
-            for offset, record in line_records(lines):
-                index = record.get("index") if isinstance(record, dict) else None
-                if type(index) is int and 0 <= index < len(self.source):
-                    self.source[index], self.offset[index] = len(self.paths) - 1, offset
-
-    def records(self) -> Iterator[dict | None]:
-        """Every index's record in index order (None where a line changed since it was added)."""
-        return (self.get(index) for index in range(len(self.source)))
-
-    def get(self, index: int) -> dict | None:
-        if self.source[index] < 0:
-            return None
-        with open_regular(self.paths[self.source[index]]) as lines:
-            lines.seek(self.offset[index])
-            record = next(line_records(lines), (0, None))[1]
-        return record if isinstance(record, dict) else None
-
-
-def image_index(name: str, n: int) -> int | None:
-    """The index whose image a dataset of n samples names `name`, or None if it names none so.
-
-    A test, not a set of names, so memory does not grow with n.
-    """
-    image = IMAGE_NAME_RE.match(name)
-    if image is None:
-        return None
-    index = int(image[1])
-    return index if index < n and name == Path(image_name(index, n)).name else None
-
-
-def image_matches(path: Path, sha256, size) -> bool:
-    """Whether path holds a regular file that is a PNG with these pixels, decoded only if it is no
-    larger than size, the record's (width, height).
-
-    The size is read from the header before any pixel is decoded, so a
-    header claiming a huge canvas costs nothing; symlinks, pipes and
-    folders are never opened.
-    """
-    try:
-        with open_regular(path) as file, warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check below guards
-            with Image.open(file, formats=["PNG"]) as image:
-                fits = all(type(side) is int for side in size) and image.width * image.height <= size[0] * size[1]
-                return fits and pixel_sha256(image) == sha256
-    except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
-        return False  # missing, truncated, not a PNG, not a regular file, or a header past Pillow's limits
-
-
-def scene_matches(path: Path, record) -> bool:
-    """Whether path holds a regular file of JSON naming the record's image, index and pixel_sha256:
-    the scene written with that image. A file too large for any scene is not read."""
-    if not isinstance(record, dict):
-        return False
-    try:
-        with open_regular(path) as file:
-            if os.fstat(file.fileno()).st_size > MAX_SCENE_BYTES:
-                return False
-            scene = parse_line(file.read())
-    except (OSError, DatasetError):
-        return False  # missing, unreadable, or not a regular file
-    return isinstance(scene, dict) and all(same_value(scene.get(key), record.get(key))
-                                           for key in ("image", "index", "pixel_sha256"))
-
-
-# -- Removing files (each function here deletes, and says so)
-
-
-def remove_replaced_dataset(cfg: Config, out_dir: Path, survey: Survey) -> None:
-    """--overwrite: delete another dataset's files, the images and overlays its own records name
-    whose pixels still match those records, and the scene files naming those records; nothing a
-    record does not name is touched."""
-    foreign = [path for path, _ in survey.foreign]
-    annotations = out_dir / ANNOTATIONS_FILE
-    if annotations.exists() and annotations not in survey.mine and annotations not in foreign:
-        foreign.append(annotations)  # written with the foreign data.json
-    for path in foreign:
-        if path.name != DATA_FILE:
-            remove_matching_images(cfg, out_dir, path)
-    for path in foreign:
-        remove_entry(out_dir, path)
-    review = out_dir / REVIEW_DIR
-    if inside(out_dir, review) and (review / CONTACT_SHEET_FILE).is_file():
-        remove_entry(out_dir, review / CONTACT_SHEET_FILE)
-    # Its folders would outlive it empty: a run without --scenes or --overlays makes none of its own.
-    # (rmdir fails on a symlinked folder; review/overlays is only reached through a review/ of our own.)
-    own_review = [review / "overlays", review] if inside(out_dir, review) else []
-    remove_empty_folders([out_dir / SCENES_DIR, *own_review, out_dir / SHARDS_DIR])
-
-
-def remove_matching_images(cfg: Config, out_dir: Path, records_file: Path) -> None:
-    """Delete each image (and its overlay) a replaced dataset's records file names, if its pixels match
-    the record, and its scene file if that names the record's image, index and pixels: also under a
-    name the new dataset uses, so no overlay or scene of the old image outlives it."""
-    with open_regular(records_file) as lines:
-        for _, record in line_records(lines):
-            name = record.get("image") if isinstance(record, dict) else None
-            if not (isinstance(name, str) and IMAGE_PATH_RE.match(name)):
-                continue
-            basename = name.rsplit("/", 1)[1]
-            scene = out_dir / SCENES_DIR / f"{Path(basename).stem}.json"
-            if inside(out_dir, scene.parent) and scene_matches(scene, record):  # never through a symlinked scenes/
-                remove_entry(out_dir, scene)
-            path = out_dir / name
-            if not inside(out_dir, path.parent):
-                continue  # images/ leads out of the folder
-            size = (record.get("width"), record.get("height"))
-            if image_matches(path, record.get("pixel_sha256"), size):
-                path.unlink()
-                overlay = out_dir / REVIEW_DIR / "overlays" / basename
-                if overlay.is_file() and not overlay.is_symlink():
-                    remove_entry(out_dir, overlay)
-
-
-def remove_damaged_journal(out_dir: Path, shard: Shard) -> None:
-    """Delete the run's own journal that declares no dataset (killed before its header): it holds nothing."""
-    remove_entry(out_dir, journal_path(out_dir, shard))
-
-
-def remove_temporaries(out_dir: Path, owns: Callable[[str], bool]) -> None:
-    """Delete temporaries a killed run left behind, only for files this run writes.
-
-    Another shard may be writing its own temporaries into the same folder
-    right now, so only names for which owns(name) holds are touched.
-    """
-    for folder in (out_dir, out_dir / IMAGES_DIR, out_dir / SCENES_DIR, out_dir / SHARDS_DIR,
-                   out_dir / REVIEW_DIR, out_dir / REVIEW_DIR / "overlays"):
-        if not (folder.is_dir() and inside(out_dir, folder)):
-            continue
-        for entry in os.scandir(folder):
-            match = TEMPORARY_RE.match(entry.name)
-            if match and owns(match["name"]):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-
-
-def remove_taken_shard_files(cfg: Config, out_dir: Path) -> None:
-    """Delete the shard files and interrupted shard journals of this dataset, once a whole run or a merge
-    has written their records into the dataset. A journal whose lock file is there belongs to a shard run
-    going on now (or killed outright) and is left alone."""
-    expected = identity_fields(cfg)
-    for path in sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl")) + sorted(out_dir.glob(".progress-*-of-*.jsonl")):
-        if path.parent.name != SHARDS_DIR and path.with_suffix(".lock").exists():
-            continue
-        with contextlib.suppress(OSError, DatasetError):  # gone meanwhile, or not a file: left alone
-            if header_fields(first_line_value(path)) == expected:
-                remove_entry(out_dir, path)
-    remove_empty_folders([out_dir / SHARDS_DIR])  # stays while it holds other shards' files
-
-
-# -- Drawing
-
-
-def produce_sample(job: tuple[Config, int, str, dict | None, bool, bool]) -> tuple[dict, bool]:
-    """Worker: keep an image that already matches its record, else make and write it.
-
-    Returns the record and whether the image was drawn. With overlays asked
-    for, a missing overlay is drawn from the sample's own geometry
-    (regenerated when the image itself was kept); with scenes, likewise a
-    scene file that is missing or names another image, index or pixels.
-    """
-    cfg, index, out_dir, expected, with_overlay, with_scene = job
-    path = Path(out_dir) / image_name(index, cfg.n)
-    overlay_path = Path(out_dir) / overlay_name(index, cfg.n)
-    scene_path = Path(out_dir) / scene_name(index, cfg.n)
-    keep_image = (expected is not None and record_fits(cfg, expected)
-                  and image_matches(path, expected.get("pixel_sha256"), (cfg.size, cfg.size)))
-    need_overlay = with_overlay and not (keep_image and overlay_path.exists())
-    need_scene = with_scene and not (keep_image and scene_matches(scene_path, expected))
-    if keep_image and not (need_overlay or need_scene):
-        return expected, False
-    for target, what, needed in ((path, "an image", not keep_image), (scene_path, "a scene file", need_scene)):
-        if needed and target.is_dir() and not target.is_symlink():
-            raise BadOutput(f"{target} is a folder where the run writes {what}: move it away")
-    image, record, tangle = make_sample(cfg, index)
-    if not keep_image:
-        write_atomic(path, lambda tmp: save_png(image, tmp))
-    if need_overlay:
-        overlay = render_overlay(image, tangle, cfg)
-        write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp))
-    if need_scene:
-        scene = json.dumps(scene_of(record, tangle), ensure_ascii=False) + "\n"
-        write_atomic(scene_path, lambda tmp: tmp.write_text(scene, encoding="utf-8"))
-    return record, not keep_image
-
-
-def write_contact_sheet(out_dir: Path, count: int) -> None:
-    """The first count images of the dataset in one grid, each captioned with its index and answer."""
-    records = list(itertools.islice(read_jsonl(out_dir / ANNOTATIONS_FILE), count))
-    thumbnails = []
-    for record in records:
-        with Image.open(out_dir / record["image"]) as image:
-            thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
-    captions = [f"#{r['index']}  answer {r['answer']}" for r in records]
-    sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(records))))
-    (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
-    write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE, lambda tmp: save_png(sheet, tmp))
-
-
-def check_image(job: tuple[Config, int, str, dict | None, bool]) -> tuple[bool, bool]:
-    """Worker: whether a record fits the config and its image is on disk with the recorded pixels, and
-    (asked for, else True) whether its scene file is there naming the record's image, index and pixels."""
-    cfg, index, out_dir, record, with_scene = job
-    image_ok = record_fits(cfg, record) and image_matches(Path(out_dir) / record["image"],
-                                                          record.get("pixel_sha256"), (cfg.size, cfg.size))
-    scene_ok = not with_scene or scene_matches(Path(out_dir) / scene_name(index, cfg.n), record)
-    return image_ok, scene_ok
+# -- Workers and the dataset files
 
 
 def worker_signals(parent_pid: int) -> None:
@@ -2610,10 +2343,9 @@ def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def read_jsonl(path: Path, offset: int = 0) -> Iterator[dict]:
-    """The records of a JSON-lines file this run wrote, from a byte offset on, one at a time."""
+def read_jsonl(path: Path) -> Iterator[dict]:
+    """The records of a JSON-lines file this run wrote, one at a time."""
     with open_regular(path, mode="r", encoding="utf-8") as rows:
-        rows.seek(offset)
         for line in rows:
             yield json.loads(line)
 
@@ -2636,280 +2368,133 @@ def write_document(path: Path, cfg: Config, records: Callable[[], Iterable[dict]
         out.write("\n ]\n}\n" if histogram else empty_list + "\n")
 
 
-def write_dataset_files(cfg: Config, out_dir: Path, records: Callable[[], Iterable[dict]]) -> None:
-    """annotations.jsonl and data.json last, so they exist only for a complete dataset.
+# -- Drawing and collecting
 
-    records() gives every record in index order, afresh on each call.
+
+def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
+    """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record.
+    Returns whether the image was drawn. A missing overlay or scene is drawn from the regenerated geometry."""
+    cfg, index, out, overlays, scenes = job
+    out_dir = Path(out)
+    record = finished_record(cfg, out_dir, index)
+    overlay_path, scene_path = out_dir / overlay_name(index, cfg.n), out_dir / scene_name(index, cfg.n)
+    keep = record is not None
+    need_overlay = overlays and not (keep and png_tag(overlay_path) == record["pixel_sha256"])
+    need_scene = scenes and not (keep and scene_matches(scene_path, record))
+    if keep and not (need_overlay or need_scene):
+        return False
+    image, record, tangle = make_sample(cfg, index)
+    if not keep:
+        write_atomic(out_dir / record["image"], lambda tmp: save_png(image, tmp), out_dir)
+    if need_overlay:
+        overlay = render_overlay(image, tangle, cfg)
+        write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp, record["pixel_sha256"]), out_dir)
+    if need_scene:
+        scene = json.dumps(scene_of(record, tangle), ensure_ascii=False) + "\n"
+        write_atomic(scene_path, lambda tmp: tmp.write_text(scene, encoding="utf-8"), out_dir)
+    if not keep:
+        line = json.dumps(record, ensure_ascii=False) + "\n"
+        write_atomic(record_path(out_dir, index, cfg.n), lambda tmp: tmp.write_text(line, encoding="utf-8"), out_dir)
+    return not keep
+
+
+def check_sample(job: tuple[Config, int, str, bool]) -> tuple[bool, bool]:
+    """Worker for a merge: whether sample index is finished, and (asked for) whether its scene matches."""
+    cfg, index, out, scenes = job
+    record = finished_record(cfg, Path(out), index)
+    return record is not None, not scenes or (record is not None
+                                              and scene_matches(Path(out) / scene_name(index, cfg.n), record))
+
+
+def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> DatasetError:
+    """The refusal of a collect with samples missing: the first few, and which shards they belong to."""
+    shown = ", ".join(image_name(index, cfg.n) for index in missing[:SHOWN_MISSING])
+    more = f" and {len(missing) - SHOWN_MISSING:,} more" if len(missing) > SHOWN_MISSING else ""
+    ks = sorted({index % shards for index in missing}) if shards else []
+    named = f" of shard {', '.join(f'{k}/{shards}' for k in ks[:SHOWN_MISSING])}" if ks else ""
+    return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}"
+                        f"{f' and {len(ks) - SHOWN_MISSING} more shards' if len(ks) > SHOWN_MISSING else ''}"
+                        f": {shown}{more}")
+
+
+def collect(cfg: Config, out_dir: Path, workers: int, quiet: bool, scenes: bool | None) -> None:
+    """Write annotations.jsonl and data.json from the record files, in index order.
+
+    A merge (scenes not None) first has workers check every sample (and with scenes, every scene file);
+    a whole run has just done so. A missing sample is named, with its shard.
     """
-    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: write_jsonl(tmp, records()))
-    write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records))
+    if scenes is not None:
+        jobs = ((cfg, index, str(out_dir), scenes) for index in range(cfg.n))
+        checked = run_jobs(check_sample, jobs, cfg.n, workers, quiet, "checking")
+        missing, bad_scenes = [], []
+        for index, (finished, scene_ok) in enumerate(checked):
+            (missing if not finished else bad_scenes if not scene_ok else []).append(index)
+        if missing:
+            shards = (read_json(state_path(out_dir, RUN_FILE)) or {}).get("shards")
+            raise missing_samples(cfg, missing, shards if type(shards) is int and shards > 0 else None)
+        if bad_scenes:
+            raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
+                               f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
+
+    def records() -> Iterator[dict]:
+        for index in range(cfg.n):
+            record = finished_record(cfg, out_dir, index, check_image=False)
+            if record is None:  # removed or edited since it was checked
+                raise missing_samples(cfg, [index], None)
+            yield record
+
+    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: write_jsonl(tmp, records()), out_dir)
+    write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records), out_dir)
 
 
-def write_shard_file(cfg: Config, out_dir: Path, shard: Shard, records: Callable[[], Iterable[dict]]) -> None:
-    (out_dir / SHARDS_DIR).mkdir(exist_ok=True)
-    header = {**identity(cfg), "shard": shard.k, "of": shard.m, "num_samples": len(shard.indices(cfg.n))}
-    write_atomic(shard_path(out_dir, shard), lambda tmp: write_jsonl(tmp, itertools.chain([header], records())))
+def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
+    """The first count images of the dataset in one grid, each captioned with its index and answer."""
+    records = list(itertools.islice(read_jsonl(out_dir / ANNOTATIONS_FILE), count))
+    thumbnails = []
+    for record in records:
+        with Image.open(out_dir / record["image"]) as image:
+            thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
+    captions = [f"#{r['index']}  answer {r['answer']}" for r in records]
+    sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(records))))
+    (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
+    write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
+                 lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
 
 
-# -- A run, step by step
-
-
-def refuse_non_files_at_targets(out_dir: Path, shard: Shard, folders: Iterable[str] = (IMAGES_DIR,)) -> None:
-    """Refuse a folder, pipe or the like where the run ends by writing a file, and anything but a folder
-    where it writes into one (folders, relative to out_dir), before any image is drawn."""
-    targets = [out_dir / name for name in DATASET_FILES] if shard == WHOLE_RUN else [shard_path(out_dir, shard)]
-    for path in targets:
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            raise BadOutput(f"{path} is {kind_of(path)}, not a file, and the run ends by writing one there: "
-                            "move it away")
-    for name in folders:
-        path = out_dir / name
-        if os.path.lexists(path) and not path.is_dir():
-            raise BadOutput(f"{path} is {kind_of(path)}, not a folder, and the run writes into a folder of that "
-                            "name: move it away")
-
-
-def refuse_or_remove_foreign(cfg: Config, out_dir: Path, survey: Survey, overwrite: bool) -> None:
-    if survey.foreign and not overwrite:
-        path, difference = survey.foreign[0]
-        if difference in (NOT_OURS, NOT_RECORDS):  # damaged, or another tool's: bad input rather than another dataset
-            raise BadOutput(f"{path} is not a file this generator writes ({difference}): move it away "
-                            "or pass --overwrite to replace it")
-        raise DatasetError(f"{out_dir} holds a different dataset ({path.name}: {difference}); "
-                           "choose another --out or pass --overwrite to replace it")
-    if survey.foreign:
-        remove_replaced_dataset(cfg, out_dir, survey)
-
-
-def journal_samples(cfg: Config, out_dir: Path, shard: Shard, known: KnownRecords, workers: int,
-                    quiet: bool, overlays: bool, scenes: bool) -> tuple[int, int]:
-    """Keep or draw each sample of the shard, appending its record to the journal as it comes.
-
-    Returns how many images were drawn and the journal offset of this
-    run's first record (earlier lines are a previous attempt's: this run
-    journals every record again).
-    """
-    indices = shard.indices(cfg.n)
-    if overlays:
-        (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-    if scenes:
-        (out_dir / SCENES_DIR).mkdir(exist_ok=True)
-    jobs = ((cfg, index, str(out_dir), known.get(index), overlays, scenes) for index in indices)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
-    with open_regular(journal_path(out_dir, shard), flags, "a", encoding="utf-8") as log:
-        log.write(json.dumps(identity(cfg)) + "\n" if log.tell() == 0 else "\n")  # "\n" ends a line cut short
-        first_record = log.tell()
+def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
+                     overwrite: bool = False, overlays: bool = False, scenes: bool = False) -> int:
+    """Keep every finished sample of the shard (the whole dataset by default) and draw the rest; a whole
+    run then collects the dataset files. Returns how many images were drawn."""
+    with claimed_folder(cfg, out_dir, shard, overwrite):
+        if overlays:
+            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
+        if scenes:
+            (out_dir / SCENES_DIR).mkdir(exist_ok=True)
+        indices = shard.indices(cfg.n)
+        jobs = ((cfg, index, str(out_dir), overlays, scenes) for index in indices)
         results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
-        drawn = 0
         try:
-            for record, was_drawn in results:
-                drawn += was_drawn
-                log.write(json.dumps(record, ensure_ascii=False) + "\n")
-                log.flush()
-        except BaseException:  # Ctrl-C, SIGTERM or an error: stop the workers, then clear what they were writing
-            results.close()
-            remove_temporaries(out_dir, lambda name: owns_sample_file(cfg, shard, name))
-            raise
-    return drawn, first_record
-
-
-def forget_empty_attempt(cfg: Config, out_dir: Path, shard: Shard, made: list[Path]) -> None:
-    """After settings that cannot draw a sample (or a folder that takes no image), remove a journal that
-    holds no record while no image of the shard is on disk, and the empty folders a whole run made (made,
-    deepest first): else the rerun the error suggests, with other settings, would be refused as a different
-    dataset although the folder holds nothing of it."""
-    path = journal_path(out_dir, shard)
-    with open_regular(path) as lines:
-        records = sum(1 for line in lines if line.strip()) - 1  # the first line is the config
-    images = out_dir / IMAGES_DIR
-    if records > 0 or any(owns_sample_file(cfg, shard, entry.name) for entry in os.scandir(images)):
-        return  # another worker's image, written before the failure: the journal keeps this dataset's claim
-    remove_entry(out_dir, path)
-    if shard == WHOLE_RUN:  # a shard's run shares the folder with the others
-        remove_empty_folders(made)
-
-
-def owns_sample_file(cfg: Config, shard: Shard, name: str) -> bool:
-    """Whether name is the image or scene file of one of the shard's samples."""
-    scene = SCENE_NAME_RE.match(name)
-    index = image_index(f"{name[:-len('.json')]}.png" if scene else name, cfg.n)
-    return index is not None and index in shard.indices(cfg.n)
-
-
-def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False,
-                     shard: Shard = WHOLE_RUN, overwrite: bool = False, overlays: bool = False,
-                     scenes: bool = False) -> int:
-    """Make every sample of a shard (the whole dataset by default), resuming where a run stopped.
-
-    Samples already on disk with their recorded pixels are kept; the rest are
-    made and journalled one by one. A whole run ends by writing
-    annotations.jsonl and data.json, a shard by writing its shard file, both
-    read back from the journal so that no process holds every record.
-    Returns how many images were drawn; the others were kept.
-    """
-    check_output_folder(out_dir)
-    # A shard's run shares the folder: another shard's run may have found it made and be about to write.
-    made = missing_folders(out_dir) if shard == WHOLE_RUN else []
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        remove_empty_folders(made)
-        if error.errno not in BAD_FOLDER_ERRNOS:  # a full or failing disk is no fault of the flag's value
-            raise
-        raise BadOutput(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
-    with removed_if_left_empty(made), exclusive_run(out_dir, shard, cfg):
-        folders = [IMAGES_DIR, *[SCENES_DIR] * scenes, *[REVIEW_DIR, f"{REVIEW_DIR}/overlays"] * overlays]
-        refuse_non_files_at_targets(out_dir, shard, folders)
-        survey = survey_folder(cfg, out_dir, shard)
-        if survey.other_split:  # a merge would refuse the mix only after every shard had been drawn
-            first = survey.other_split[0]
-            raise DatasetError(f"{out_dir} holds shard work split {shard_of(first).m} ways "
-                               f"({len(survey.other_split)} file(s), first {first.relative_to(out_dir)}); "
-                               f"this run is shard {shard.k}/{shard.m}: give every shard the same M, "
-                               "or move those files away to split the dataset anew")
-        refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
-        subfolders = [IMAGES_DIR, f"{REVIEW_DIR}/overlays", REVIEW_DIR, SCENES_DIR]  # deepest first
-        made_inside = [out_dir / name for name in subfolders if not os.path.lexists(out_dir / name)]
-        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)  # only now: a refused run leaves no empty folder behind
-        if survey.damaged_journal:
-            remove_damaged_journal(out_dir, shard)
-        # A shard's run touches no dataset file: a merge or a whole run may be writing those now.
-        files = {journal_path(out_dir, shard).name, shard_path(out_dir, shard).name}
+            drawn = sum(results)
+        finally:
+            results.close()  # stops the pool's workers before their temporaries are removed
         if shard == WHOLE_RUN:
-            files |= {*DATASET_FILES, CONTACT_SHEET_FILE}
-        remove_temporaries(out_dir, lambda name: name in files or owns_sample_file(cfg, shard, name))
-        known = KnownRecords(cfg.n)
-        for path in survey.mine:
-            known.add(path)
-        try:
-            drawn, first_record = journal_samples(cfg, out_dir, shard, known, workers, quiet, overlays, scenes)
-        except (PlacementError, OSError):  # settings that draw nothing, or a folder that takes no image
-            with contextlib.suppress(OSError):
-                forget_empty_attempt(cfg, out_dir, shard, made_inside)
-            raise
-
-        def records() -> Iterator[dict]:
-            return read_jsonl(journal_path(out_dir, shard), first_record)
-
-        if shard == WHOLE_RUN:
-            write_dataset_files(cfg, out_dir, records)
-            with after_completion("the dataset"):
-                remove_entry(out_dir, journal_path(out_dir, shard))
-                remove_taken_shard_files(cfg, out_dir)
-        else:
-            write_shard_file(cfg, out_dir, shard, records)
-            with after_completion(f"shard {shard.k}/{shard.m}"):
-                remove_entry(out_dir, journal_path(out_dir, shard))
+            collect(cfg, out_dir, workers, quiet, scenes=None)
         return drawn
 
 
-# -- Merging shards
-
-
-def checked_shard(cfg: Config, path: Path) -> Shard:
-    """Which shard a shard file holds, once every one of its records is found in order."""
-    with open_regular(path) as lines:
-        rows = (record for _, record in line_records(lines))
-        header = next(rows, None)
-        found = header_fields(header)
-        difference = identity_difference(found, identity_fields(cfg)) if found is not None else None
-        if difference is not None:
-            raise DatasetError(f"{path.name} belongs to a different dataset ({difference})")
-        k, m = (header.get("shard"), header.get("of")) if found is not None else (None, None)
-        complete = type(k) is int and type(m) is int and 0 <= k < m
-        if complete:
-            expected = Shard(k, m).indices(cfg.n)
-            found_indices = (row.get("index") if isinstance(row, dict) else None for row in rows)
-            complete = same_value(header.get("num_samples"), len(expected)) and all(
-                same_value(got, want) for got, want in itertools.zip_longest(found_indices, expected))
-    if not complete:
-        raise DatasetError(f"{path.name} is incomplete or holds indices of another shard")
-    return Shard(k, m)
-
-
-def complete_shard_set(cfg: Config, paths: list[Path]) -> list[Path]:
-    """The shard files in shard order, once each is checked and every shard of the set is there once."""
-    by_shard: dict[int, Path] = {}
-    shard_count = None
-    for path in paths:
-        shard = checked_shard(cfg, path)
-        if shard_count not in (None, shard.m):
-            raise DatasetError(f"{path.name} is one of {shard.m} shards, others are of {shard_count}")
-        shard_count = shard.m
-        if shard.k in by_shard:
-            raise DatasetError(f"shard {shard.k}/{shard.m} appears twice: {by_shard[shard.k].name} and {path.name}")
-        by_shard[shard.k] = path
-    missing = shard_count - len(by_shard)
-    if missing:
-        named = [f"{k}/{shard_count}" for k in itertools.islice(
-            (k for k in range(shard_count) if k not in by_shard), MISSING_SHARDS_NAMED)]
-        more = f" and {missing - len(named):,} more" if missing > len(named) else ""
-        raise DatasetError(f"missing {missing:,} of {shard_count:,} shards: {', '.join(named)}{more}")
-    return [by_shard[k] for k in sorted(by_shard)]
-
-
-def check_sample_files(cfg: Config, out_dir: Path, known: KnownRecords, workers: int, quiet: bool,
-                       scenes: bool) -> None:
-    """Refuse, naming the first bad file, unless every record fits and its image (and with scenes, its
-    scene file) is on disk and matches it."""
-    jobs = ((cfg, index, str(out_dir), record, scenes) for index, record in enumerate(known.records()))
-    bad_images, bad_scenes = [], []
-    for index, (image_ok, scene_ok) in enumerate(run_jobs(check_image, jobs, cfg.n, workers, quiet, "checking")):
-        if not image_ok:
-            bad_images.append(index)
-        if not scene_ok:
-            bad_scenes.append(index)
-    if bad_images:
-        raise DatasetError(f"{len(bad_images)} image(s) missing or not matching their record, "
-                           f"first {image_name(bad_images[0], cfg.n)}")
-    if bad_scenes:
-        raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, "
-                           f"first {scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
-
-
 def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
-                 overwrite: bool = False) -> int:
-    """Check every shard file and image (and with scenes, every scene file), then write the files a
-    single run would have written.
-
-    Records are read back from the shard files one at a time, never all held
-    at once. A merge stopped at any point is finished by running it again.
-    Returns how many shard files were merged: 0 if the folder already held the merged dataset.
-    """
+                 overwrite: bool = False) -> None:
+    """Check every sample the shard runs made (and with scenes, every scene file), then write the files a
+    single run would have written. A merge stopped at any point is finished by running it again."""
     check_output_folder(out_dir)
-    if not out_dir.is_dir():
-        raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
-    with exclusive_run(out_dir, WHOLE_RUN, cfg):  # it writes what a whole run writes
-        refuse_non_files_at_targets(out_dir, WHOLE_RUN)
-        survey = survey_folder(cfg, out_dir, WHOLE_RUN)
-        # Shard work of other flags is most likely the very shards to merge, asked for with a flag mistyped.
-        shard_work = [(path, difference) for path, difference in survey.foreign if shard_of(path) is not None]
-        if shard_work:
-            path, difference = shard_work[0]
-            raise DatasetError(f"{path.relative_to(out_dir)} was made with other flags ({difference}): --merge "
-                               "takes the flags the shards were made with, and never removes shard work")
-        # The merge writes data.json and annotations.jsonl: another dataset's are replaced only when asked.
-        refuse_or_remove_foreign(cfg, out_dir, survey, overwrite)
-        remove_temporaries(out_dir, lambda name: name in {*DATASET_FILES, CONTACT_SHEET_FILE})
-        if merged_dataset_present(cfg, out_dir):  # a second merge, or one stopped while removing shard files
-            if scenes:  # asked for now, maybe not at the first merge
-                known = KnownRecords(cfg.n)
-                known.add(out_dir / ANNOTATIONS_FILE)
-                check_sample_files(cfg, out_dir, known, workers, quiet, scenes)
-            with after_completion("the dataset"):
-                remove_taken_shard_files(cfg, out_dir)
-            return 0
-        paths = sorted((out_dir / SHARDS_DIR).glob("shard-*.jsonl"))
-        if not paths:
-            raise DatasetError(f"no shard files in {out_dir / SHARDS_DIR}")
-        known = KnownRecords(cfg.n)
-        for path in complete_shard_set(cfg, paths):
-            known.add(path)
-        check_sample_files(cfg, out_dir, known, workers, quiet, scenes)
-        write_dataset_files(cfg, out_dir, known.records)
-        with after_completion("the dataset"):
-            remove_taken_shard_files(cfg, out_dir)
-        return len(paths)
+    found, refusal, replace = folder_dataset(cfg, out_dir)
+    if found is None:
+        raise DatasetError(f"{out_dir} holds no shard runs to merge ({refusal or f'no {STATE_DIR}/{RUN_FILE}'})")
+    if replace:  # never removed by a merge: most likely the very shards, with a flag mistyped
+        raise DatasetError(f"{out_dir} holds shard runs made with other flags ({identity_difference(found, identity(cfg))}):"
+                           " --merge takes the flags the shards were made with, and never removes shard work")
+    with claimed_folder(cfg, out_dir, WHOLE_RUN, overwrite=False):
+        collect(cfg, out_dir, workers, quiet, scenes=scenes)
 
 
 # ---------------------------------------------------------------------------
@@ -2973,9 +2558,9 @@ def build_parser() -> OneLineParser:
                              "check that every scene file is there and matches its record.")
     scale = p.add_argument_group("sharding (runs on many machines)")
     scale.add_argument("--shard", type=parse_shard, metavar="K/M",
-                       help="make only shard K of M (K = 0..M-1) into --out, plus a shard file; then --merge")
+                       help="make only shard K of M (K = 0..M-1) into --out; when every shard is there, --merge")
     scale.add_argument("--merge", action="store_true",
-                       help="check all shard files and images in --out and write annotations.jsonl and data.json")
+                       help="check every sample the shard runs left in --out and write annotations.jsonl and data.json")
     # Config flags default to None, so a flag given on the command line can be told from one left out.
     for field in dataclasses.fields(Config):
         meta = field.metadata
@@ -3066,34 +2651,27 @@ def main(argv: list[str] | None = None) -> int:
         stop_signals.append(signal.SIGINT)
     previous_handlers = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in stop_signals} if in_main_thread else {}
     try:
+        shard = args.shard or WHOLE_RUN
+        count = len(shard.indices(cfg.n))
         if args.merge:
-            count = cfg.n
-            merged = merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.overwrite)
-            done = (f"merged {merged} shard files into {ANNOTATIONS_FILE} and {DATA_FILE}" if merged
-                    else "the dataset was merged already; nothing left to do")
+            merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes)
+            done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
         else:
-            shard = args.shard or WHOLE_RUN
-            count = len(shard.indices(cfg.n))
             drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
                                      args.scenes)
-            files = f"{ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else shard_path(args.out, shard).name
-            done = (f"wrote {count} images and {files}" if drawn == count
-                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}, "
-                         f"and wrote {files}")
+            files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
+            done = (f"drew {count} images{files}" if drawn == count
+                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
         if args.contact_sheet:
-            with after_completion("the dataset"):
-                write_contact_sheet(args.out, min(args.contact_sheet, count))
+            write_contact_sheet(cfg, args.out, min(args.contact_sheet, count))
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
         how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
-        completed = getattr(stop, "completed", None)
-        advice = (f"{completed} was already complete; the same command again only tidies up" if completed
-                  else "run the same command again to resume")
-        print(f"creation.py: {how}; {advice}", file=sys.stderr)
+        print(f"creation.py: {how}; run the same command again to resume", file=sys.stderr)
         return status
-    except BadOutput as error:
+    except DatasetError as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
-        return 2
-    except (PlacementError, DatasetError) as error:
+        return error.status
+    except PlacementError as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
         return 1
     except BrokenProcessPool:

@@ -20,6 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import creation  # noqa: E402
+from tangle_check import tangle_violations  # noqa: E402
 
 RULES = ["curvature", "interior_margin", "disconnected", "crossing_budget", "crossing_angle", "crossing_bend",
          "crossing_separation", "same_pair_separation", "curl_size", "min_gap", "parallel", "restart"]
@@ -47,7 +48,7 @@ def whole_sample(cfg, rng, num_loops, budget):
             loop, _ = creation.draw_loop(cfg, rng)
             if loop is not None:
                 loops.append(loop)
-        if not creation.tangle_violations(loops, cfg):
+        if not tangle_violations(loops, cfg):
             return loops, attempt
     return None, budget
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import creation
+from tangle_check import tangle_violations
 from creation import Config
 
 BALANCED = Config(n=1, seed=3)
@@ -193,7 +194,7 @@ def test_balanced_samples_keep_every_rule_in_one_piece(index):
     num_loops = creation.loop_count(BALANCED, index, rng)
     tangle, _ = creation.sample_tangle(BALANCED, rng, num_loops, index)
     assert len(tangle.loops) == num_loops
-    assert creation.tangle_violations(list(tangle.loops), BALANCED) == []
+    assert tangle_violations(list(tangle.loops), BALANCED) == []
     assert connected_pieces(tangle) == 1
 
 
@@ -214,7 +215,7 @@ def test_a_narrow_loop_range_places_every_sample(loops):
     cfg = Config(n=6, seed=0, min_loops=loops, max_loops=loops, sample_restarts=3)
     for index in range(6):
         tangle, _ = creation.sample_tangle(cfg, creation.sample_rng(cfg, index), loops, index)
-        assert creation.tangle_violations(list(tangle.loops), cfg) == [] and connected_pieces(tangle) == 1
+        assert tangle_violations(list(tangle.loops), cfg) == [] and connected_pieces(tangle) == 1
 
 
 def test_the_loop_radius_flags_it_ignores_are_not_checked():

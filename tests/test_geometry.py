@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import creation
 from creation import Config
+from tangle_check import tangle_violations
 
 CFG = Config()
 # A small world so property tests can draw many samples quickly.
@@ -31,7 +32,7 @@ def figure_eight(count, phase=0.0, scale=200.0):
 def test_circle_has_no_crossing_and_breaks_no_rule():
     _, crossings, _ = creation.find_all_events([circle(512, 512, 200)], CFG)
     assert len(crossings) == 0
-    assert creation.tangle_violations([circle(512, 512, 200)], CFG) == []
+    assert tangle_violations([circle(512, 512, 200)], CFG) == []
 
 
 @pytest.mark.parametrize("count, phase", [
@@ -45,7 +46,7 @@ def test_figure_eight_has_exactly_one_self_crossing(count, phase):
     assert crossings.is_self[0]
     np.testing.assert_allclose(crossings.point[0], [512, 512], atol=0.5)
     assert crossings.angle_deg[0] == pytest.approx(90, abs=1.0)
-    assert creation.tangle_violations([figure_eight(count, phase)], CFG) == []
+    assert tangle_violations([figure_eight(count, phase)], CFG) == []
 
 
 def test_exact_vertex_crossing_of_two_loops_counts_once_per_point():
@@ -60,11 +61,11 @@ def test_exact_vertex_crossing_of_two_loops_counts_once_per_point():
 @pytest.mark.parametrize("gap_px, broken", [(6.0, True), (8.5, True), (10.0, False)])
 def test_concentric_rings_closer_than_min_gap_fail(gap_px, broken):
     rings = [circle(512, 512, 200), circle(512, 512, 200 + gap_px)]
-    assert ("min_gap" in creation.tangle_violations(rings, CFG)) == broken
+    assert ("min_gap" in tangle_violations(rings, CFG)) == broken
 
 
 def test_touching_loops_are_rejected():
-    faults = creation.tangle_violations([circle(400, 512, 100), circle(600, 512, 100)], CFG)
+    faults = tangle_violations([circle(400, 512, 100), circle(600, 512, 100)], CFG)
     assert "min_gap" in faults or "crossing_separation" in faults
 
 
@@ -74,7 +75,7 @@ def test_shallow_crossings_are_rejected(offset_px, shallow):
     loops = [circle(312, 512, 200), circle(312 + offset_px, 512, 200)]
     _, crossings, _ = creation.find_all_events(loops, CFG)
     assert len(crossings) == 2
-    assert ("crossing_angle" in creation.tangle_violations(loops, CFG)) == shallow
+    assert ("crossing_angle" in tangle_violations(loops, CFG)) == shallow
 
 
 def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
@@ -82,7 +83,7 @@ def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
     loops = [circle(512, 512, 200), circle(712, 512, 12)]
     _, crossings, _ = creation.find_all_events(loops, CFG)
     assert len(crossings) == 2
-    assert "same_pair_separation" in creation.tangle_violations(loops, CFG)
+    assert "same_pair_separation" in tangle_violations(loops, CFG)
 
 
 def crossings_of(points, loops, arcs=None, angle_deg=90.0, perimeter=1000.0):
@@ -139,14 +140,14 @@ def test_a_thin_lens_between_two_crossings_is_rejected(small_radius, angle_deg, 
     _, crossings, _ = creation.find_all_events(loops, CFG)
     assert len(crossings) == 2 and np.linalg.norm(crossings.point[0] - crossings.point[1]) > 30
     assert crossings.angle_deg == pytest.approx([angle_deg] * 2, abs=0.5)
-    assert creation.tangle_violations(loops, CFG) == (["same_pair_separation"] if rejected else [])
+    assert tangle_violations(loops, CFG) == (["same_pair_separation"] if rejected else [])
 
 
 def test_three_strands_through_nearly_one_point_are_rejected():
     # Three big circles whose crossings with each other fall within a few px.
     loops = [circle(512 + 200 * np.cos(a), 512 + 200 * np.sin(a), 200)
              for a in (0.0, 2 * np.pi / 3 + 0.01, 4 * np.pi / 3)]
-    assert "crossing_separation" in creation.tangle_violations(loops, CFG)
+    assert "crossing_separation" in tangle_violations(loops, CFG)
 
 
 @pytest.mark.parametrize("old, new, clustered", [
@@ -166,21 +167,21 @@ def test_a_crossing_may_have_one_other_within_the_cluster_radius(old, new, clust
 def test_strands_close_only_at_a_crossing_are_excused():
     # Two rings crossing at about 56 degrees: strands come closer than min_gap only there.
     loops = [circle(400, 400, 200), circle(650, 650, 200)]
-    assert creation.tangle_violations(loops, CFG) == []
+    assert tangle_violations(loops, CFG) == []
 
 
 @pytest.mark.parametrize("gap_px, broken", [(12.0, True), (16.0, False)])
 def test_concentric_rings_inside_the_parallel_gap_fail(gap_px, broken):
     # Clear of min_gap everywhere, but side by side all the way round when under 15 px apart.
     rings = [circle(512, 512, 200), circle(512, 512, 200 + gap_px)]
-    assert creation.tangle_violations(rings, CFG) == (["parallel"] if broken else [])
+    assert tangle_violations(rings, CFG) == (["parallel"] if broken else [])
 
 
 def test_a_parallel_gap_of_0_turns_the_parallel_and_wide_lens_rules_off():
     # What --parallel-gap's help promises: rings 12 px apart all the way round pass, and an eye at
     # 40 degrees need only be min_gap wide (51 px apart, not 85).
     off = Config(parallel_gap=0.0)
-    assert creation.tangle_violations([circle(512, 512, 200), circle(512, 512, 212)], off) == []
+    assert tangle_violations([circle(512, 512, 200), circle(512, 512, 212)], off) == []
     assert creation.same_pair_separation_px(np.array([40.0]), off)[0] == pytest.approx(9 / np.tan(np.radians(10)))
 
 
@@ -194,7 +195,7 @@ def test_a_near_tangent_approach_is_a_parallel_stretch(gap_px, broken, counts):
     run = creation.longest_parallel_run_px(loops, CFG)
     # A run is whole segments, so either end may be out by about a segment of the coarser ring.
     assert run == pytest.approx(2 * np.sqrt((15 - gap_px) * 200), abs=2.5 * 2 * np.pi * 200 / min(counts))
-    assert creation.tangle_violations(loops, CFG) == (["parallel"] if broken else [])
+    assert tangle_violations(loops, CFG) == (["parallel"] if broken else [])
 
 
 def brute_longest_runs(counts, lengths, marks):
@@ -243,7 +244,7 @@ def test_strands_near_a_shallow_crossing_are_not_a_parallel_stretch():
     loops = [circle(312, 512, 200), circle(692, 512, 200)]
     _, crossings, _ = creation.find_all_events(loops, CFG)
     assert crossings.angle_deg.min() < 40
-    assert creation.tangle_violations(loops, CFG) == []
+    assert tangle_violations(loops, CFG) == []
 
 
 def limacon(inner_px, outer_px=200.0, count=900):
@@ -281,12 +282,12 @@ def test_a_crossing_on_a_sharp_corner_is_rejected_and_one_beside_it_is_not():
     at_corner = np.argmin(np.linalg.norm(crossings.point - corner, axis=1))
     assert crossings.angle_deg[at_corner] == pytest.approx(90, abs=2)
     assert crossings.bend_deg[at_corner] == pytest.approx(90, abs=10)  # the 20 px window holds most of the corner
-    assert creation.tangle_violations([square, through_corner], CFG) == ["crossing_bend"]
+    assert tangle_violations([square, through_corner], CFG) == ["crossing_bend"]
     placed, reason = creation.try_add_loop(creation.Tangle.empty(CFG), square, CFG, None)
     assert reason is None
     assert creation.try_add_loop(placed, through_corner, CFG, None) == (None, "crossing_bend")
     beside = circle(*(corner + [-60, 60] + 250 / np.sqrt(2)), 250)  # crosses the two straight sides instead
-    assert creation.tangle_violations([square, beside], CFG) == []
+    assert tangle_violations([square, beside], CFG) == []
     assert creation.try_add_loop(placed, beside, CFG, None)[1] is None
 
 
@@ -311,7 +312,7 @@ def test_a_strand_that_keeps_its_curvature_through_a_crossing_is_not_held_to_the
     _, crossings, _ = creation.find_all_events(loops, CFG)
     assert np.degrees(20 / r2) > CFG.max_crossing_bend * crossings.angle_deg.max()
     assert crossings.bend_deg.max() < 3
-    assert creation.tangle_violations(loops, CFG) == []
+    assert tangle_violations(loops, CFG) == []
 
 
 @pytest.mark.parametrize("inner_px, too_small", [(45.0, True), (90.0, False)])
@@ -320,11 +321,11 @@ def test_a_curl_must_reach_min_curl_px(inner_px, too_small):
     segs, crossings, _ = creation.find_all_events([loop], CFG)
     assert crossings.is_self.sum() == 1
     assert creation.lobe_reach_px(segs, crossings) == pytest.approx(inner_px, abs=1.5)
-    assert ("curl_size" in creation.tangle_violations([loop], CFG)) == too_small
+    assert ("curl_size" in tangle_violations([loop], CFG)) == too_small
 
 
 def test_loop_leaving_the_margin_is_reported():
-    assert "interior_margin" in creation.tangle_violations([circle(100, 512, 80)], CFG)
+    assert "interior_margin" in tangle_violations([circle(100, 512, 80)], CFG)
 
 
 # --- config validation ------------------------------------------------------
@@ -343,10 +344,13 @@ def test_loop_leaving_the_margin_is_reported():
     ({"min_gap": 5.5}, "raise --min-gap to at least 6"),
     ({"min_curvature_radius": 1.5}, "--min-curvature-radius 1.5 is tighter"),
     ({"min_crossing_angle": 90}, "--min-crossing-angle"),
-    ({"wide_lens_angle": 91}, r"--wide-lens-angle must be in \[0, 90\]"),
+    ({"wide_lens_angle": 91}, r"--wide-lens-angle must be at most 90 \(a crossing is at most a right angle\)"),
     ({"wide_lens_angle": -1}, "--wide-lens-angle"),
     ({"radius_jitter": 1.0, "original_shapes": True}, "--radius-jitter"),
-    ({"min_waypoints": 3}, "--min-waypoints"),
+    ({"min_waypoints": 3}, "--min-waypoints must be at least 4, got 3"),
+    ({"radius_jitter": 1.0, "original_shapes": True}, r"--radius-jitter must be below 1 \("),
+    ({"min_crossing_angle": 90.0}, r"--min-crossing-angle must be below 90 \("),
+    ({"stroke_width": -0.0}, "--stroke-width must be above 0, got 0.0"),
     ({"points_per_loop": 10}, "--points-per-loop must be at least 64, got 10"),
     ({"points_per_loop": 0}, "--points-per-loop must be at least 64, got 0"),  # one floor, whatever the value
     ({"points_per_loop": 100_000_000}, "--points-per-loop must be at most 20,000"),
@@ -585,7 +589,7 @@ def assert_every_rule_holds(loops, cfg):
 def test_accepted_small_samples_keep_every_rule(seed, index):
     cfg = Config(**{**SMALL.__dict__, "seed": seed})
     loops = sample_loops(cfg, index)
-    assert creation.tangle_violations(loops, cfg) == []
+    assert tangle_violations(loops, cfg) == []
     assert_every_rule_holds(loops, cfg)
 
 
@@ -594,7 +598,7 @@ def test_the_parallel_check_does_not_depend_on_the_order_of_a_pair():
     loop: this sample was accepted with a 41.9 px stretch that the whole-tangle check then found."""
     cfg = Config(**{**SMALL.__dict__, "seed": 210})
     loops = sample_loops(cfg, 1)
-    assert creation.tangle_violations(loops, cfg) == []
+    assert tangle_violations(loops, cfg) == []
     assert creation.longest_parallel_run_px(loops, cfg) <= cfg.max_parallel_run
 
 
@@ -602,5 +606,5 @@ def test_the_parallel_check_does_not_depend_on_the_order_of_a_pair():
 @pytest.mark.parametrize("index", range(4))
 def test_accepted_default_samples_keep_every_rule(index):
     loops = sample_loops(CFG, index)
-    assert creation.tangle_violations(loops, CFG) == []
+    assert tangle_violations(loops, CFG) == []
     assert_every_rule_holds(loops, CFG)

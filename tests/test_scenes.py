@@ -134,7 +134,7 @@ def test_shards_merge_with_scenes_to_one_run(with_scenes, tmp_path, capsys):
     kept = scene_file.read_bytes()
     scene_file.unlink()
     capsys.readouterr()
-    assert run(tmp_path, "--merge", "--scenes") == 1
+    assert run(tmp_path, "--merge", "--scenes") == 2
     error = capsys.readouterr().err.strip()
     assert "\n" not in error and error.endswith("first scenes/tangled_loops_00003.json; a generation run with "
                                                 "--scenes writes them")
@@ -143,9 +143,8 @@ def test_shards_merge_with_scenes_to_one_run(with_scenes, tmp_path, capsys):
     assert run(tmp_path, "--merge", "--scenes") == 0
     assert dataset_bytes(tmp_path) == dataset_bytes(with_scenes)
     assert files_under(tmp_path, "scenes") == files_under(with_scenes, "scenes")
-    assert not (tmp_path / "shards").exists()
     scene_file.unlink()  # a second merge with --scenes checks them too
-    assert run(tmp_path, "--merge", "--scenes") == 1
+    assert run(tmp_path, "--merge", "--scenes") == 2
     assert "first scenes/tangled_loops_00003.json" in capsys.readouterr().err
 
 
@@ -169,17 +168,6 @@ def test_overwrite_removes_only_the_replaced_datasets_scenes(with_scenes, tmp_pa
     assert left == sorted(kept + (replaced if scenes_elsewhere else []))
 
 
-def test_a_run_sweeps_only_its_own_scene_temporaries(tmp_path):
-    scenes = tmp_path / "scenes"
-    scenes.mkdir()
-    mine, theirs = scenes / ".tangled_loops_00002.json.tmp99", scenes / ".tangled_loops_00001.json.tmp99"
-    foreign = scenes / ".notes.json.tmp99"
-    for path in (mine, theirs, foreign):
-        path.write_bytes(b"cut short")
-    assert run(tmp_path, "--scenes", "--shard", "0/2") == 0
-    assert not mine.exists() and theirs.exists() and foreign.exists()
-
-
 def write_forever(tmp):
     tmp.write_bytes(b'{"image": ')
     time.sleep(60)
@@ -193,19 +181,19 @@ def test_a_stopped_run_leaves_no_scene_temporary(tmp_path, monkeypatch):
 
     def stopping_sample(cfg, index):  # forked workers inherit these patches
         if index == 0:
-            while not any(scenes.glob(".*.tmp*")):  # fail only once sample 1's scene is mid-write
+            while not any((tmp_path / creation.STATE_DIR / "tmp").rglob("*.json")):  # sample 1's scene mid-write
                 time.sleep(0.01)
             raise RuntimeError("stop")
         return make_sample(cfg, index)
 
-    def scene_forever(path, write):
-        write_atomic(path, write_forever if path.suffix == ".json" else write)
+    def scene_forever(path, write, out_dir):
+        write_atomic(path, write_forever if path.parent.name == "scenes" else write, out_dir)
 
     monkeypatch.setattr(creation, "make_sample", stopping_sample)
     monkeypatch.setattr(creation, "write_atomic", scene_forever)
     with pytest.raises(RuntimeError, match="stop"):
         creation.generate_dataset(cfg, tmp_path, workers=2, quiet=True, scenes=True)
-    assert list(scenes.iterdir()) == []
+    assert list(scenes.iterdir()) == [] and not (tmp_path / creation.STATE_DIR / "tmp").exists()
 
 
 def test_help_names_scenes_among_the_extra_outputs(capsys):

@@ -1,7 +1,7 @@
 """A change to the output must come with a new GENERATOR_VERSION.
 
 The version is part of a dataset's identity: a resumed run keeps every image
-whose pixel hash matches a journalled record of the same identity. If the
+whose pixel hash matches its record file under the same identity. If the
 output changed under an unchanged version, a run resumed across the change
 would mix old and new images without noticing. CI's byte comparison of the
 committed dataset catches a forgotten regeneration, not a forgotten bump;
