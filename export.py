@@ -654,6 +654,10 @@ def audit_section(mode: str, header: dict) -> list[str]:
                      f"{percent(figures.get(f'{key}_within_one'))} |")
     if figures.get("images"):
         lines += ["", f"Measured on {figures['images']} images{at}."]
+    if mode == "budgeted" and scoring.GIST_FLOOR["generator_version"] == header.get("generator_version"):
+        # The gist floor: shapes, not statistics, read off thumbnails where nothing can be traced.
+        lines += ["", f"**Gist floor**: {scoring.gist_floor_line()} (`tests/gist_probe.py`, trained on "
+                      "thumbnails of one seed and tested on another)."]
     return lines + [""]
 
 

@@ -39,6 +39,18 @@ from typing import Iterator, NamedTuple
 ANSWER_FORMAT = "Answer with a single integer in the form 'Answer: N'."
 
 
+# The gist floor: what a small CNN reads off 64-px thumbnails, where no loop can be traced (tests/gist_probe.py,
+# trained on one seed and tested on another; the mean over runs). A model must beat it to show it counts.
+GIST_FLOOR = {"generator_version": "2.8.0", "thumbnail_px": 64, "exact": 0.414, "within_one": 0.803}
+
+
+def gist_floor_line() -> str:
+    """The one sentence README, card and report use to quote the gist floor."""
+    return (f"a thumbnail CNN reaches {GIST_FLOOR['exact']:.0%} exact ({GIST_FLOOR['within_one']:.0%} within one) "
+            f"on {GIST_FLOOR['thumbnail_px']}-px thumbnails of generator {GIST_FLOOR['generator_version']}: "
+            "a model must beat it to show counting")
+
+
 def evaluation_prompt(question: str) -> str:
     """The text shown with each image: the record's question, unchanged, then ANSWER_FORMAT on its own line."""
     return f"{question}\n{ANSWER_FORMAT}"
@@ -1372,6 +1384,7 @@ def format_report(report: dict) -> str:
         lines += [
             f"{'best constant':<15}{constant['accuracy']:>7.3f}  (always answering {constant['answer']})",
             f"{'chance':<15}{report['chance']:>7.3f}  (1 / {round(1 / report['chance'])} distinct answers)",
+            f"{'gist floor':<15}{GIST_FLOOR['exact']:>7.3f}  ({gist_floor_line()})",
         ]
     lines += ["", f"{'N':>3}  {'items':>5}  {'correct':>7}  {'accuracy':>8}"]
     for n, row in report["per_n"].items():

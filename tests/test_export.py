@@ -226,6 +226,7 @@ def test_a_card_of_the_default_settings_quotes_the_measured_figures(hub):
     assert (f"| chance | {export.percent(figures['chance_exact'])} | "
             f"{export.percent(figures['chance_within_one'])} |") in card
     assert f"Measured on {figures['images']} images" in card
+    assert f"**Gist floor**: {scoring.gist_floor_line()}" in card
 
 
 def few_loops_dataset(dataset: Path, tmp_path: Path) -> Path:
@@ -253,6 +254,7 @@ def test_a_card_of_other_settings_says_the_audit_does_not_describe_it(make, data
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "## Shortcut audit" in card and "| chance |" not in card and "Measured on" not in card
     assert "do not describe this dataset" in card and "`python tests/shortcuts.py DIR`" in card
+    assert "Gist floor" not in card
 
 
 def test_the_hub_folder_can_be_graded_with_evaluate(hub, dataset, records, tmp_path, capsys):

@@ -812,6 +812,7 @@ def test_text_report_shows_the_dataset_baselines_crossings_and_confusion(tiny):
     assert "bias            +0.333  (mean signed error: + counts too many)" in lines
     assert "best constant    0.400  (always answering 3)" in lines
     assert "chance           0.333  (1 / 3 distinct answers)" in lines
+    assert f"gist floor       {scoring.GIST_FLOOR['exact']:.3f}  (a thumbnail CNN reaches " in "\n".join(lines)
     assert "     4-10      2        0     0.000" in lines
     # Every true answer has its column, so the diagonal is whole even where no reply said 5.
     header = lines.index("truth     3    4    5 none missing   (rows: truth, columns: reading)")
