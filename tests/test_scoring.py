@@ -813,6 +813,12 @@ def test_text_report_shows_the_dataset_baselines_crossings_and_confusion(tiny):
     assert "best constant    0.400  (always answering 3)" in lines
     assert "chance           0.333  (1 / 3 distinct answers)" in lines
     assert f"gist floor       {scoring.GIST_FLOOR['exact']:.3f}  (a thumbnail CNN reaches " in "\n".join(lines)
+    assert "     4-10      2        0     0.000" in lines
+    # Every true answer has its column, so the diagonal is whole even where no reply said 5.
+    header = lines.index("truth     3    4    5 none missing   (rows: truth, columns: reading)")
+    assert lines[header + 1:] == ["    3     1    1    .    .       .",
+                                  "    4     .    1    .    1       .",
+                                  "    5     .    .    .    .       1"]
 
 
 def test_the_readme_quotes_the_gist_floor_scoring_holds():
@@ -821,12 +827,6 @@ def test_the_readme_quotes_the_gist_floor_scoring_holds():
     quoted = (f"a thumbnail CNN reaches {round(100 * floor['exact'])} % exact ({round(100 * floor['within_one'])} % "
               f"within one) on {floor['thumbnail_px']} px")
     assert quoted in " ".join(readme.split())
-    assert "     4-10      2        0     0.000" in lines
-    # Every true answer has its column, so the diagonal is whole even where no reply said 5.
-    header = lines.index("truth     3    4    5 none missing   (rows: truth, columns: reading)")
-    assert lines[header + 1:] == ["    3     1    1    .    .       .",
-                                  "    4     .    1    .    1       .",
-                                  "    5     .    .    .    .       1"]
 
 
 def test_a_dataset_without_data_json_is_unknown(tmp_path):
