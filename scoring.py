@@ -45,7 +45,7 @@ GIST_FLOOR = {"generator_version": "2.8.0", "thumbnail_px": 64, "exact": 0.391, 
 
 
 def gist_floor_line() -> str:
-    """The one sentence README, card and report use to quote the gist floor."""
+    """The sentence the card and the report quote the gist floor in (the README's copy is kept equal by a test)."""
     return (f"a thumbnail CNN reaches {GIST_FLOOR['exact']:.0%} exact ({GIST_FLOOR['within_one']:.0%} within one) "
             f"on {GIST_FLOOR['thumbnail_px']}-px thumbnails of generator {GIST_FLOOR['generator_version']}: "
             "a model must beat it to show counting")

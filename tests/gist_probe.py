@@ -57,10 +57,9 @@ from dataset_records import (  # noqa: E402  (a script beside its helper, not a 
     DatasetInputError,
     OneLineParser,
     missing_test_package,
-    read_records,
     readable_image,
 )
-from shortcuts import chance_rates  # noqa: E402
+from shortcuts import chance_rates, read_annotations  # noqa: E402
 
 CHANNELS = (16, 32, 64, 64, 64)  # one conv block each; each halves the side
 BATCH = 64
@@ -85,18 +84,14 @@ def load_thumbnails(path: Path, sizes: tuple[int, ...]) -> list[np.ndarray]:
             for size in sizes]
 
 
-def _load_worker(job: tuple[Path, tuple[int, ...]]) -> list[np.ndarray]:
-    return load_thumbnails(*job)
-
-
 def load_all(paths: list[Path], sizes: tuple[int, ...], workers: int) -> dict[int, np.ndarray]:
     """{size: (len(paths), size, size) float32} in path order; --workers 1 runs without a pool."""
     jobs = [(path, sizes) for path in paths]
     if workers == 1:
-        thumbs = [_load_worker(job) for job in jobs]
+        thumbs = [load_thumbnails(*job) for job in jobs]
     else:
         with multiprocessing.Pool(workers) as pool:
-            thumbs = pool.map(_load_worker, jobs, chunksize=16)
+            thumbs = pool.starmap(load_thumbnails, jobs, chunksize=16)
     return {size: np.stack([per_image[k] for per_image in thumbs]) for k, size in enumerate(sizes)}
 
 
@@ -306,8 +301,8 @@ def check_args(parser: OneLineParser, args) -> None:
 
 
 def read_split(dataset_dir: Path, limit: int | None) -> tuple[list[Path], np.ndarray]:
-    records = read_records(dataset_dir, limit)
-    return [dataset_dir / r["image"] for r in records], np.array([r["answer"] for r in records])
+    paths, answers = read_annotations(dataset_dir, limit)
+    return paths, np.array(answers)
 
 
 def main(argv: list[str] | None = None) -> int:
