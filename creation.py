@@ -1045,11 +1045,11 @@ def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config, eye: np.ndarray 
     Two strands that cross twice, D apart, at angle theta enclose a lens
     about D * tan(theta / 4) wide. Unless that is at least min_gap, the
     strokes fuse into what reads as one crossing, or as two strands
-    touching; so D must be at least min_gap / tan(theta / 4) (68 px at 30
-    degrees, 34 px at 60), and never below min_same_pair_separation.
-    Below wide_lens_angle the lens is long as well as thin, and its sides
-    run side by side, so there it must be parallel_gap wide (114 px at 30),
-    where eye says the two crossings bound one (joined_by_short_arcs).
+    touching; so D must be at least min_gap / tan(theta / 4), and never
+    below min_same_pair_separation. Below wide_lens_angle the lens is long as
+    well as thin, and its sides run side by side, so there it must be
+    parallel_gap wide, where eye says the two crossings bound one
+    (joined_by_short_arcs).
     """
     width = np.where((angle_deg < cfg.wide_lens_angle) & eye, max(cfg.min_gap, cfg.parallel_gap), cfg.min_gap)
     lens_px = width / np.tan(np.radians(np.maximum(angle_deg, 1.0)) / 4)
@@ -1458,7 +1458,7 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     fits, the screen nearly whenever it fits in one of 16, so this is a
     change of distribution and was audited as one (creation.md, step 5).
     Positions go in SCREEN_BATCH_ENDS batches: a batch costs little more
-    than one position, and about one shape in ten passes at the first.
+    than one position, and a shape often passes at the first.
     """
     # Rounding in the first shift can leave a loop as wide as the drawable area an ulp too wide to move.
     low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
@@ -1628,7 +1628,7 @@ def bare_canvas_tones() -> np.ndarray:
     Gaussian noise of NOISE_SIGMA_TONE around PAPER_TONE, rounded to a tone,
     sampled by inverting its distribution: one table lookup per pixel instead
     of a float normal draw, rounding and clipping over the whole canvas. The
-    table covers tails out to 4.3 sigma (one pixel in 60,000 lies beyond).
+    table reaches 4.3 sigma into the tails.
     """
     noise = NormalDist(PAPER_TONE, NOISE_SIGMA_TONE)
     at_most = np.array([noise.cdf(tone + 0.5) for tone in range(256)])  # P(rounded tone <= tone)
