@@ -63,6 +63,7 @@ from shortcuts import chance_rates, read_annotations  # noqa: E402
 
 CHANNELS = (16, 32, 64, 64, 64)  # one conv block each; each halves the side
 BATCH = 64
+EVAL_BATCH = 256  # images per forward pass when only scoring, so memory does not grow with the test set
 LEARNING_RATE = 2e-3
 WEIGHT_DECAY = 1e-4
 HOLDOUT = 0.1  # share of the training images held out for early stopping
@@ -146,8 +147,8 @@ def mean_loss(network, x, y) -> float:
 
     network.eval()
     with torch.no_grad():
-        losses = [F.cross_entropy(network(x[i:i + 256]), y[i:i + 256], reduction="sum").item()
-                  for i in range(0, len(x), 256)]
+        losses = [F.cross_entropy(network(x[i:i + EVAL_BATCH]), y[i:i + EVAL_BATCH], reduction="sum").item()
+                  for i in range(0, len(x), EVAL_BATCH)]
     return sum(losses) / len(x)
 
 
@@ -196,7 +197,8 @@ def predict(network, x_test: np.ndarray) -> np.ndarray:
     network.eval()
     x = torch.from_numpy(x_test[:, None])
     with torch.no_grad():
-        probabilities = sum(torch.softmax(network(dihedral(x, k)), dim=1) for k in range(SYMMETRIES))
+        probabilities = torch.cat([sum(torch.softmax(network(dihedral(x[i:i + EVAL_BATCH], k)), dim=1)
+                                       for k in range(SYMMETRIES)) for i in range(0, len(x), EVAL_BATCH)])
     return probabilities.argmax(dim=1).numpy()
 
 

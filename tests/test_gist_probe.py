@@ -103,6 +103,17 @@ def test_the_eight_symmetries_are_distinct_and_keep_the_pixels():
     assert all(sorted(image.flatten().tolist()) == list(range(16)) for image in images)
 
 
+def test_predictions_in_batches_match_one_image_at_a_time(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(gist_probe, "EVAL_BATCH", 4)
+    torch.manual_seed(0)
+    network = gist_probe.build_network(7)
+    network(torch.zeros(4, 1, 32, 32))  # one training-mode pass moves the batch-norm statistics off their start
+    x = np.random.default_rng(0).random((gist_probe.EVAL_BATCH + 3, 32, 32), dtype=np.float32)
+    alone = np.concatenate([gist_probe.predict(network, x[i:i + 1]) for i in range(len(x))])
+    assert np.array_equal(gist_probe.predict(network, x), alone)
+
+
 def test_the_holdout_takes_a_share_of_every_count():
     labels = np.repeat([5, 6, 7], [50, 30, 2])
     held = gist_probe.stratified_holdout(labels, 0.1, np.random.default_rng(0))
