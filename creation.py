@@ -2507,21 +2507,32 @@ def build_parser() -> OneLineParser:
     return p
 
 
-def given_config(args: argparse.Namespace) -> dict:
-    """The Config fields named on the command line, with their values."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if getattr(args, f.name) is not None}
-
-
 def config_from_args(args: argparse.Namespace) -> Config:
+    """The Config the command line names; a ValueError naming the flag where it or a run flag is refused."""
     if args.balanced and args.original_shapes:
         raise ValueError("--balanced is the default mode; it cannot go with --original-shapes")
-    given = given_config(args)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if getattr(args, f.name) is not None}
     unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if name in given]
     if unused and not args.original_shapes:  # named at its default value, which Config cannot tell
         raise unused_shape_flags(unused)
     cfg = Config(**given)
     if "parallel_gap" in given and cfg.parallel_gap_checks_nothing:  # named at its default value
         raise idle_parallel_gap(cfg)
+    shard, most_workers = args.shard or WHOLE_RUN, WORKERS_PER_CORE * usable_cores()
+    refusals = {  # the run flags' own rules, in the order they are checked
+        f"--workers must be at least 1, got {args.workers}": args.workers < 1,
+        f"--workers must be at most {most_workers} ({WORKERS_PER_CORE} per core this process may use: more only "
+        f"share the cores, each holding about 150 MiB), got {args.workers}": args.workers > most_workers,
+        "--merge combines finished shards; run it without --shard": args.merge and args.shard,
+        f"--shard {shard.k}/{shard.m}: more shards than --n {cfg.n} images, so some would hold none; "
+        f"split into at most {cfg.n}": shard.m > cfg.n,
+        f"--contact-sheet must be non-negative, got {args.contact_sheet}": args.contact_sheet < 0,
+        "--contact-sheet needs the whole dataset: pass it to --merge instead of --shard": args.contact_sheet and args.shard,
+        "--overlays is made while generating: pass it with --shard": args.overlays and args.merge,
+    }
+    refused = next((message for message, broken in refusals.items() if broken), None)
+    if refused:
+        raise ValueError(refused)
     return cfg
 
 
@@ -2536,6 +2547,39 @@ def is_export_flag(arg: str) -> bool:
     name = arg.partition("=")[0]
     targets = ("--export-hub", "--export-vlmevalkit")
     return len(name) > len("--export-") and any(target.startswith(name) for target in targets)
+
+
+@contextlib.contextmanager
+def stop_signals_handled() -> Iterator[None]:
+    """SIGTERM, and Ctrl-C unless a caller ignores it, stop the run through STOP_REQUEST. Handlers can be
+    set from the main thread alone: a harness calling main() from another keeps its own."""
+    STOP_REQUEST.stop = None
+    signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run(args: argparse.Namespace, cfg: Config) -> str:
+    """Generate or merge as the flags say; what was done, in a few words."""
+    shard = args.shard or WHOLE_RUN
+    count = len(shard.indices(cfg.n))
+    if args.merge:
+        merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes)
+        done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
+    else:
+        drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
+                                 args.scenes)
+        files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
+        done = (f"drew {count} images{files}" if drawn == count
+                else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
+    if args.contact_sheet:
+        write_contact_sheet(cfg, args.out, min(args.contact_sheet, count))
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -2555,54 +2599,16 @@ def main(argv: list[str] | None = None) -> int:
         cfg = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
-    most_workers = WORKERS_PER_CORE * usable_cores()
-    if args.workers > most_workers:
-        parser.error(f"--workers must be at most {most_workers} ({WORKERS_PER_CORE} per core this process may use: "
-                     f"more only share the cores, each holding about 150 MiB), got {args.workers}")
-    if args.merge and args.shard:
-        parser.error("--merge combines finished shards; run it without --shard")
-    if args.shard and args.shard.m > cfg.n:
-        parser.error(f"--shard {args.shard.k}/{args.shard.m}: more shards than --n {cfg.n} images, so some "
-                     f"would hold none; split into at most {cfg.n}")
-    if args.contact_sheet < 0:
-        parser.error(f"--contact-sheet must be non-negative, got {args.contact_sheet}")
-    if args.contact_sheet and args.shard:
-        parser.error("--contact-sheet needs the whole dataset: pass it to --merge instead of --shard")
-    if args.overlays and args.merge:
-        parser.error("--overlays is made while generating: pass it with --shard")
-    # Signal handlers can only be set from the main thread; a harness calling main() elsewhere keeps its own.
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    STOP_REQUEST.stop = None
-    stop_signals = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a caller ignores Ctrl-C
-        stop_signals.append(signal.SIGINT)
-    previous_handlers = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in stop_signals} if in_main_thread else {}
     try:
-        shard = args.shard or WHOLE_RUN
-        count = len(shard.indices(cfg.n))
-        if args.merge:
-            merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes)
-            done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
-        else:
-            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
-                                     args.scenes)
-            files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
-            done = (f"drew {count} images{files}" if drawn == count
-                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
-        if args.contact_sheet:
-            write_contact_sheet(cfg, args.out, min(args.contact_sheet, count))
+        with stop_signals_handled():
+            done = run(args, cfg)
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
         how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
         print(f"creation.py: {how}; run the same command again to resume", file=sys.stderr)
         return status
-    except DatasetError as error:
+    except (DatasetError, PlacementError) as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
-        return error.status
-    except PlacementError as error:
-        print(f"creation.py: error: {error}", file=sys.stderr)
-        return 1
+        return getattr(error, "status", 1)
     except BrokenProcessPool:
         print("creation.py: error: a worker process was killed (by a signal, or out of memory); "
               "run the same command again to resume", file=sys.stderr)
@@ -2610,9 +2616,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
         return 1
-    finally:
-        for sig, handler in previous_handlers.items():
-            signal.signal(sig, handler)
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0
