@@ -30,6 +30,7 @@ import dataclasses
 import errno
 import functools
 import hashlib
+import importlib
 import itertools
 import json
 import math
@@ -1813,13 +1814,8 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 # ---------------------------------------------------------------------------
 # Runs: finished samples on disk, then one collect step
 #
-# A run keeps its state in OUT/.tangled_loops/: run.json (the dataset's identity), one record file a
-# finished sample (its annotations.jsonl line, written after its image), a lock and, while a file is
-# being written, tmp/<pid>/. A sample is finished when its record fits the config and its image has the
-# recorded pixels; everything else is drawn again. The collect step writes annotations.jsonl and
-# data.json from the record files, in index order, at the end of a whole run and as all of --merge.
-# A file is deleted only under --overwrite, only when the old run's records name it and its content
-# still matches them; temporaries only in the folders of dead processes.
+# OUT/.tangled_loops/ holds run.json (the identity), records/<stem>.json (one a finished sample, written
+# after its image), a lock and tmp/<pid>/; creation.md, "Runs", says why each is there.
 
 STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
@@ -1884,8 +1880,7 @@ def kind_of(path: Path) -> str:
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text):
-    """Open path only if it is a regular file: never through a symlink, never waiting on a pipe or device.
-    Raises FileNotFoundError if absent, DatasetError if something else is there."""
+    """Open path only if it is a regular file: never through a symlink, never waiting on a pipe or device."""
     try:
         fd = os.open(path, flags | OPEN_SAFELY, 0o644)
     except OSError as error:
@@ -1915,8 +1910,7 @@ def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
 
 
 def write_atomic(path: Path, write, out_dir: Path) -> None:
-    """Write path through a file in this process's temporary folder and rename it into place, so no reader
-    sees half a file and a killed run leaves nothing beside the dataset. Errors name path, never the temporary."""
+    """Write path through tmp/<pid>/ and rename it into place: a file is whole or absent. Errors name path alone."""
     folder = state_path(out_dir, "tmp", str(os.getpid()))
     tmp = folder / path.name
     try:
@@ -1951,8 +1945,7 @@ def process_alive(pid: int) -> bool:
 
 
 def image_matches(path: Path, sha256, size: int) -> bool:
-    """Whether path is a regular file holding a PNG of at most size x size pixels with this pixel hash.
-    The size is read from the header before any pixel is decoded."""
+    """Whether path is a regular file holding a PNG of at most size x size pixels with this pixel hash."""
     try:
         with open_regular(path) as file, warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check guards
@@ -1997,8 +1990,7 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
 
 
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is a file or under one, a link to nothing, a folder this user cannot write
-    to, or an export's folder, before anything is made."""
+    """Refuse an --out that is or lies under a file, links to nothing, is read-only or is an export."""
     if out_dir.is_symlink() and not out_dir.exists():
         raise DatasetError(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
     folder = next(folder for folder in (out_dir, *out_dir.parents) if folder.exists())
@@ -2035,8 +2027,7 @@ def make_output_folder(out_dir: Path) -> None:
 
 
 def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
-    """Lock an open file, shared or alone, polling up to wait_s seconds; whether it was taken.
-    Where there are no such locks (Windows), runs go unguarded."""
+    """Lock an open file, shared or alone, polling up to wait_s seconds; whether it was taken (always, on Windows)."""
     deadline = time.monotonic() + wait_s
     while fcntl is not None:
         try:
@@ -2090,8 +2081,7 @@ def run_digest(run: dict) -> str:
 
 
 def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
-    """--overwrite: delete the files the old run's records name whose content still matches them (image,
-    overlay, scene), then the records and the run file, and a contact sheet tagged as that run's."""
+    """--overwrite: delete what the old run's records name and still matches, then the records and run file."""
     def remove(path: Path) -> None:  # unless its folder leads out of out_dir through a symlink
         base, real = os.path.realpath(out_dir), os.path.realpath(path.parent)
         if real == base or real.startswith(base + os.sep):
@@ -2124,8 +2114,7 @@ def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
 
 
 def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, lock) -> None:
-    """Make out_dir this dataset's: another dataset is refused unless --overwrite, which removes it, and only
-    while no other run is live (this run holds the lock alone); the run file records the identity and split."""
+    """Make out_dir this dataset's: another is refused, or with --overwrite removed while lock is held alone."""
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
@@ -2142,12 +2131,10 @@ def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, lock
 
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir for this run: checked (a refused run writes nothing), made, locked and claimed, dead
-    runs' temporaries removed; on leaving, this run's too.
+    """Hold out_dir: checked before anything is written, made, locked, claimed; temporaries of dead runs removed.
 
-    The folder's one lock (flock on .tangled_loops/lock, live only while held, released however a run
-    ends) is shared by shard runs and held alone by whole runs, merges and --overwrite; shard runs set
-    the folder up one at a time (.tangled_loops/setup), so that one may replace a run file no sample backs.
+    The lock is shared by shard runs and held alone by whole runs, merges and --overwrite; shard runs set
+    the folder up one at a time (setup), so that one may take the lock alone to replace a run file.
     """
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
@@ -2217,8 +2204,7 @@ STOP_REQUEST = StopRequest()
 
 
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
-    """Yield function(job) for each of the total jobs in order, on a pool of up to `workers` processes
-    when that is more than one; jobs is read only as fast as results come back."""
+    """function(job) for each job in order, on up to `workers` processes; jobs is read as results come back."""
     workers = min(workers, total)  # a pool forks all its workers up front, busy or not
     results = (function(job) for job in jobs) if workers <= 1 else pool_results(function, jobs, workers)
     with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress, \
@@ -2385,8 +2371,7 @@ def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
                      overwrite: bool = False, overlays: bool = False, scenes: bool = False) -> int:
-    """Keep every finished sample of the shard (the whole dataset by default) and draw the rest; a whole
-    run then collects the dataset files. Returns how many images were drawn."""
+    """Keep every finished sample of the shard and draw the rest (a whole run then collects); how many were drawn."""
     with claimed_folder(cfg, out_dir, shard, overwrite):
         if overlays:
             (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
@@ -2403,8 +2388,7 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
 
 def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
                  overwrite: bool = False) -> None:
-    """Check every sample the shard runs made (and with scenes, every scene file), then write the files a
-    single run would have written. A merge stopped at any point is finished by running it again."""
+    """Check every sample (and scene) the shard runs made, then write the files one run would have written."""
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if found is None:
@@ -2527,7 +2511,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
         f"--shard {shard.k}/{shard.m}: more shards than --n {cfg.n} images, so some would hold none; "
         f"split into at most {cfg.n}": shard.m > cfg.n,
         f"--contact-sheet must be non-negative, got {args.contact_sheet}": args.contact_sheet < 0,
-        "--contact-sheet needs the whole dataset: pass it to --merge instead of --shard": args.contact_sheet and args.shard,
+        "--contact-sheet needs the whole dataset: pass it to --merge instead of --shard":
+            args.contact_sheet and args.shard,
         "--overlays is made while generating: pass it with --shard": args.overlays and args.merge,
     }
     refused = next((message for message, broken in refusals.items() if broken), None)
@@ -2536,17 +2521,17 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def is_evaluation_flag(arg: str) -> bool:
-    """--evaluate (or an abbreviation, as argparse allows) and the flags only scoring.py takes: they go there."""
-    name = arg.partition("=")[0]
-    return name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and "--evaluate".startswith(name))
-
-
-def is_export_flag(arg: str) -> bool:
-    """--export-hub or --export-vlmevalkit, or an abbreviation that names one of them (as argparse allows)."""
-    name = arg.partition("=")[0]
-    targets = ("--export-hub", "--export-vlmevalkit")
-    return len(name) > len("--export-") and any(target.startswith(name) for target in targets)
+def handed_over(argv: list[str]) -> str | None:
+    """The program of its own a command line is for: export for --export-hub or --export-vlmevalkit, scoring for
+    --evaluate and the flags only it takes (each also as the abbreviation argparse allows); None for a run."""
+    names = [arg.partition("=")[0] for arg in argv]
+    exports = ("--export-hub", "--export-vlmevalkit")
+    if any(len(name) > len("--export-") and any(target.startswith(name) for target in exports) for name in names):
+        return "export"
+    if any(name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and "--evaluate".startswith(name))
+           for name in names):
+        return "scoring"  # loads no numpy
+    return None
 
 
 @contextlib.contextmanager
@@ -2584,15 +2569,9 @@ def run(args: argparse.Namespace, cfg: Config) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # Exporting and grading are programs of their own, loaded only when asked for.
-    if any(is_export_flag(arg) for arg in argv):
-        import export
-
-        return export.main(argv, prog="creation.py")
-    if any(is_evaluation_flag(arg) for arg in argv):
-        import scoring  # loads no numpy
-
-        return scoring.main(argv, prog="creation.py")
+    program = handed_over(argv)
+    if program is not None:  # loaded only when asked for
+        return importlib.import_module(program).main(argv, prog="creation.py")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
