@@ -2027,17 +2027,18 @@ def make_output_folder(out_dir: Path) -> None:
 
 
 def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
-    """Lock an open file, shared or alone, polling up to wait_s seconds; whether it was taken (always, on Windows)."""
+    """Lock an open file, shared or alone, polling up to wait_s seconds; whether it was taken."""
+    if fcntl is None:  # no such locks on Windows: runs go unguarded
+        return True
     deadline = time.monotonic() + wait_s
-    while fcntl is not None:
+    while True:
         try:
             fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-            break
+            return True
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
-    return True
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
