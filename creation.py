@@ -30,6 +30,7 @@ import dataclasses
 import errno
 import functools
 import hashlib
+import importlib
 import itertools
 import json
 import math
@@ -1813,20 +1814,16 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 # ---------------------------------------------------------------------------
 # Runs: finished samples on disk, then one collect step
 #
-# A run keeps its state in OUT/.tangled_loops/: run.json (the dataset's identity), one record file a
-# finished sample (its annotations.jsonl line, written after its image), a lock and, while a file is
-# being written, tmp/<pid>/. A sample is finished when its record fits the config and its image has the
-# recorded pixels; everything else is drawn again. The collect step writes annotations.jsonl and
-# data.json from the record files, in index order, at the end of a whole run and as all of --merge.
-# A file is deleted only under --overwrite, only when the old run's records name it and its content
-# still matches them; temporaries only in the folders of dead processes.
+# OUT/.tangled_loops/ holds run.json (the identity), records/<stem>.json (one a finished sample, written
+# after its image), a lock and tmp/<pid>/; creation.md, "Runs", says why each is there.
 
 STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 MAX_RECORD_BYTES = 1 << 16  # a record is under 1 KB: a larger file is damaged, and its sample redrawn
-MAX_SCENE_BYTES = 1 << 28  # far above any scene (about 15 bytes a point): a larger file is not read
+MAX_SCENE_BYTES = 1 << 28  # far above any scene: a larger file is not read
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
+SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
 # Making --out failed because of the path itself (too long, read-only, not a folder, forbidden, missing).
 BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT,
@@ -1843,6 +1840,9 @@ class LiveRun(DatasetError):
     """Another run holds the folder's lock right now: exit 1, the same command later will do."""
 
     status = 1
+
+    def __init__(self, out_dir: Path):
+        super().__init__(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
 
 
 @dataclass(frozen=True)
@@ -1875,13 +1875,12 @@ def identity(cfg: Config) -> dict:
 def kind_of(path: Path) -> str:
     mode = os.lstat(path).st_mode
     kinds = {stat.S_ISREG: "a file", stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder",
-             stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device", stat.S_ISBLK: "a device"}
-    return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+             stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket"}
+    return next((name for test, name in kinds.items() if test(mode)), "a device")
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text):
-    """Open path only if it is a regular file: never through a symlink, never waiting on a pipe or device.
-    Raises FileNotFoundError if absent, DatasetError if something else is there."""
+    """Open path only if it is a regular file: never through a symlink, never waiting on a pipe or device."""
     try:
         fd = os.open(path, flags | OPEN_SAFELY, 0o644)
     except OSError as error:
@@ -1905,19 +1904,13 @@ def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
     try:
         with open_regular(path) as file:
             text = file.read(limit + 1)
-    except (FileNotFoundError, DatasetError):
-        return None
-    if len(text) > limit:
-        return None
-    try:
-        return json.loads(text, parse_constant=reject_constant)
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+        return json.loads(text, parse_constant=reject_constant) if len(text) <= limit else None
+    except (FileNotFoundError, DatasetError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         return None
 
 
 def write_atomic(path: Path, write, out_dir: Path) -> None:
-    """Write path through a file in this process's temporary folder and rename it into place, so no reader
-    sees half a file and a killed run leaves nothing beside the dataset. Errors name path, never the temporary."""
+    """Write path through tmp/<pid>/ and rename it into place: a file is whole or absent. Errors name path alone."""
     folder = state_path(out_dir, "tmp", str(os.getpid()))
     tmp = folder / path.name
     try:
@@ -1952,8 +1945,7 @@ def process_alive(pid: int) -> bool:
 
 
 def image_matches(path: Path, sha256, size: int) -> bool:
-    """Whether path is a regular file holding a PNG of at most size x size pixels with this pixel hash.
-    The size is read from the header before any pixel is decoded."""
+    """Whether path is a regular file holding a PNG of at most size x size pixels with this pixel hash."""
     try:
         with open_regular(path) as file, warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check guards
@@ -1972,16 +1964,16 @@ def png_tag(path: Path) -> str | None:
         return None
 
 
+def same_value(found, expected) -> bool:
+    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
+    return type(found) is type(expected) and found == expected
+
+
 def scene_matches(path: Path, record: dict) -> bool:
     """Whether path is a scene file naming the record's image, index and pixel hash."""
     scene = read_json(path, MAX_SCENE_BYTES)
     return isinstance(scene, dict) and all(same_value(scene.get(key), record.get(key))
                                            for key in ("image", "index", "pixel_sha256"))
-
-
-def same_value(found, expected) -> bool:
-    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
-    return type(found) is type(expected) and found == expected
 
 
 def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = True) -> dict | None:
@@ -1998,19 +1990,16 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
 
 
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is a file or under one, a link to nothing, a folder this user cannot write
-    to, or an export's folder, before anything is made."""
+    """Refuse an --out that is or lies under a file, links to nothing, is read-only or is an export."""
     if out_dir.is_symlink() and not out_dir.exists():
         raise DatasetError(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
-    for folder in (out_dir, *out_dir.parents):
-        if folder.exists():
-            if not folder.is_dir():
-                where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
-                raise DatasetError(f"--out {out_dir} {where}, not a folder")
-            if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):
-                raise DatasetError(f"--out {out_dir} is not writable (its permissions, or a read-only file "
-                                   "system): choose another folder")
-            break
+    folder = next(folder for folder in (out_dir, *out_dir.parents) if folder.exists())
+    if not folder.is_dir():
+        where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
+        raise DatasetError(f"--out {out_dir} {where}, not a folder")
+    if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):
+        raise DatasetError(f"--out {out_dir} is not writable (its permissions, or a read-only file system): "
+                           "choose another folder")
     if os.path.lexists(out_dir / EXPORT_MARKER_FILE):  # its annotations describe the export's own files
         raise DatasetError(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
                            "another folder and export from there")
@@ -2027,38 +2016,29 @@ def check_output_folder(out_dir: Path) -> None:
 
 
 def make_output_folder(out_dir: Path) -> None:
-    """Make out_dir (and its run's folders); if out_dir cannot be made, leave no parent made on the way."""
-    made = list(itertools.takewhile(lambda folder: not os.path.lexists(folder), (out_dir, *out_dir.parents)))
+    """Make out_dir and its run's folders; a failure due to the path itself is bad input (exit 2)."""
     try:
         state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
         (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
     except OSError as error:
-        for folder in made:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
         if error.errno not in BAD_FOLDER_ERRNOS:  # a full or failing disk is no fault of the flag's value
             raise
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
 
 
-SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
-
-
-def flock(file, mode: int, wait_s: float = 0.0) -> bool:
-    """Take an advisory lock on an open file, polling up to wait_s seconds; whether it was taken."""
+def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
+    """Lock an open file, shared or alone, polling up to wait_s seconds; whether it was taken."""
+    if fcntl is None:  # no such locks on Windows: runs go unguarded
+        return True
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            fcntl.flock(file, mode | fcntl.LOCK_NB)
+            fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.05)
-
-
-def live_run(out_dir: Path) -> LiveRun:
-    return LiveRun(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
@@ -2095,9 +2075,19 @@ def folder_dataset(cfg: Config, out_dir: Path) -> tuple[dict | None, str | None,
                    "--overwrite to replace it"), True
 
 
+def run_digest(run: dict) -> str:
+    """A short fingerprint of a run's identity: the tag of its contact sheet."""
+    wanted = {key: run.get(key) for key in ("generator_version", "config")}
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
-    """--overwrite: delete the files the old run's records name whose content still matches them (image,
-    overlay, scene), then the records and the run file, and a contact sheet tagged as that run's."""
+    """--overwrite: delete what the old run's records name and still matches, then the records and run file."""
+    def remove(path: Path) -> None:  # unless its folder leads out of out_dir through a symlink
+        base, real = os.path.realpath(out_dir), os.path.realpath(path.parent)
+        if real == base or real.startswith(base + os.sep):
+            path.unlink(missing_ok=True)
+
     for path in sorted(state_path(out_dir, "records").glob("*.json")):
         record = read_json(path)
         image = record.get("image") if isinstance(record, dict) else None
@@ -2105,30 +2095,17 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
             sha, name = record.get("pixel_sha256"), Path(image).name
             scene = out_dir / SCENES_DIR / f"{Path(name).stem}.json"
             if scene_matches(scene, record):
-                remove_file(out_dir, scene)
+                remove(scene)
             overlay = out_dir / REVIEW_DIR / "overlays" / name
             if png_tag(overlay) == sha:
-                remove_file(out_dir, overlay)
+                remove(overlay)
             if image_matches(out_dir / image, sha, MAX_SIZE_PX):
-                remove_file(out_dir, out_dir / image)
+                remove(out_dir / image)
         path.unlink()
     sheet = out_dir / REVIEW_DIR / CONTACT_SHEET_FILE
     if old_run is not None and png_tag(sheet) == run_digest(old_run):
-        remove_file(out_dir, sheet)
+        remove(sheet)
     state_path(out_dir, RUN_FILE).unlink(missing_ok=True)
-
-
-def remove_file(out_dir: Path, path: Path) -> None:
-    """Unlink one entry, unless its folder leads out of out_dir through a symlink."""
-    base, real = os.path.realpath(out_dir), os.path.realpath(path.parent)
-    if real == base or real.startswith(base + os.sep):
-        path.unlink(missing_ok=True)
-
-
-def run_digest(run: dict) -> str:
-    """A short fingerprint of a run's identity: the tag of its contact sheet."""
-    wanted = {key: run.get(key) for key in ("generator_version", "config")}
-    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
@@ -2137,16 +2114,14 @@ def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
                            f"{shard.k}/{shard.m}: give every shard the same M")
 
 
-def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, take_alone: Callable[[], bool]) -> None:
-    """Make out_dir this dataset's: another dataset is refused unless --overwrite, which removes it, and only
-    while no other run is live (take_alone takes the folder's lock alone); the run file records the identity
-    (and a shard run's split)."""
+def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, lock) -> None:
+    """Make out_dir this dataset's: another is refused, or with --overwrite removed while lock is held alone."""
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
     if replace:
-        if not take_alone():
-            raise live_run(out_dir)
+        if not flock(lock, exclusive=True):
+            raise LiveRun(out_dir)
         remove_replaced_dataset(out_dir, found)
         found = None
     check_split(found, shard, out_dir)
@@ -2157,14 +2132,10 @@ def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, take
 
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir for this run: checked (a refused run writes nothing), made, locked and claimed, dead
-    runs' temporaries removed; on leaving, this run's too.
+    """Hold out_dir: checked before anything is written, made, locked, claimed; temporaries of dead runs removed.
 
-    The folder's one lock (flock on .tangled_loops/lock, live only while held, released however a run
-    ends) is shared by shard runs and held alone by whole runs and merges; a shard run holds it alone
-    while it sets up with --overwrite or replaces a run file no sample backs. Shard runs set the folder
-    up one at a time (.tangled_loops/setup).
-    Where there are no such locks (Windows, some network file systems), runs go unguarded.
+    The lock is shared by shard runs and held alone by whole runs, merges and --overwrite; shard runs set
+    the folder up one at a time (setup), so that one may take the lock alone to replace a run file.
     """
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
@@ -2172,23 +2143,20 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
         raise DatasetError(refusal)
     check_split(None if replace else found, shard, out_dir)
     make_output_folder(out_dir)
-    if fcntl is None:
-        claim_folder(cfg, out_dir, shard, overwrite, lambda: True)
-        yield
-        return
     flags = os.O_WRONLY | os.O_CREAT
     with open_regular(state_path(out_dir, "lock"), flags, "wb") as lock, \
             open_regular(state_path(out_dir, "setup"), flags, "wb") as setup:
         try:
-            if shard != WHOLE_RUN and not flock(setup, fcntl.LOCK_EX, SETUP_WAIT_S):
-                raise live_run(out_dir)
-            if not flock(lock, fcntl.LOCK_EX if shard == WHOLE_RUN or overwrite else fcntl.LOCK_SH):
-                raise live_run(out_dir)
-            claim_folder(cfg, out_dir, shard, overwrite, lambda: flock(lock, fcntl.LOCK_EX))
+            if shard != WHOLE_RUN and not flock(setup, exclusive=True, wait_s=SETUP_WAIT_S):
+                raise LiveRun(out_dir)
+            if not flock(lock, exclusive=shard == WHOLE_RUN or overwrite):
+                raise LiveRun(out_dir)
+            claim_folder(cfg, out_dir, shard, overwrite, lock)
             remove_dead_temporaries(out_dir)
             if shard != WHOLE_RUN:
-                fcntl.flock(lock, fcntl.LOCK_SH)  # back to shared, if it was taken alone to replace a dataset
-                fcntl.flock(setup, fcntl.LOCK_UN)
+                if not flock(lock, exclusive=False):  # back to shared, if it was taken alone to replace a dataset
+                    raise LiveRun(out_dir)
+                setup.close()  # releases its lock: the next shard run may set up
             yield
         finally:
             remove_dead_temporaries(out_dir)
@@ -2198,24 +2166,15 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
 
 
 def worker_signals(parent_pid: int) -> None:
-    # Ctrl-C reaches the whole process group; the parent alone handles it and
-    # lets the running images finish. SIGTERM keeps its default action: a
-    # Python handler can miss a signal that lands just before the worker
-    # blocks waiting for its next job, and the pool stops workers with it.
+    """Worker start-up: the parent alone handles Ctrl-C (it reaches the whole process group) and lets the
+    running images finish; SIGTERM ends a worker, as the pool expects; the worker dies with its parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    die_with_parent(parent_pid)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Ask Linux to kill this worker when the parent dies unwarned (kill -9, out of memory).
-
-    Otherwise an idle worker waits forever for its next job (it holds both
-    ends of the job pipe, so it never reads end-of-file). Elsewhere this does nothing.
-    """
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a Python handler could miss it while the worker waits
+    # Linux kills the worker when the parent dies unwarned (kill -9, out of memory); otherwise an idle worker
+    # waits forever for its next job, holding both ends of the job pipe.
     try:
         libc = ctypes.CDLL("libc.so.6")
-    except OSError:
+    except OSError:  # not Linux
         return
     pr_set_pdeathsig = 1  # from linux/prctl.h
     libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
@@ -2246,11 +2205,7 @@ STOP_REQUEST = StopRequest()
 
 
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
-    """Yield function(job) for each of the total jobs in order, on a pool of up to `workers` processes
-    when that is more than one.
-
-    jobs may be a generator: it is read only as fast as results come back.
-    """
+    """function(job) for each job in order, on up to `workers` processes; jobs is read as results come back."""
     workers = min(workers, total)  # a pool forks all its workers up front, busy or not
     results = (function(job) for job in jobs) if workers <= 1 else pool_results(function, jobs, workers)
     with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress, \
@@ -2262,12 +2217,12 @@ def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, la
 
 
 def pool_results(function, jobs: Iterable, workers: int):
-    """function(job) for each job, in job order, computed by a pool of worker processes."""
-    # A process pool that survives a worker killed outright (a signal to the whole process
-    # group, the OOM killer): multiprocessing.Pool then waits forever on a lock the dead worker held.
+    """function(job) for each job, in job order, from a pool that survives a worker killed outright
+    (multiprocessing.Pool then waits forever on a lock the dead worker held)."""
     others = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(workers, mp_context=worker_context(), initializer=worker_signals,
-                               initargs=(os.getpid(),))
+    methods = multiprocessing.get_all_start_methods()  # fork where there is one, as worker_signals expects
+    context = multiprocessing.get_context("fork" if "fork" in methods else methods[0])
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=worker_signals, initargs=(os.getpid(),))
     try:
         # A few jobs in flight per worker keep every one busy; results come back in job order,
         # so the output does not depend on the worker count, and memory stays flat in n.
@@ -2278,29 +2233,13 @@ def pool_results(function, jobs: Iterable, workers: int):
                 yield in_flight.popleft().result()
         while in_flight:
             yield in_flight.popleft().result()
-    except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): no image is worth waiting for
-        stop_workers(others)
+    except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): end the workers now, mid-image
+        for process in multiprocessing.active_children():  # the pool names its workers only privately
+            if process not in others:
+                process.terminate()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def worker_context() -> multiprocessing.context.BaseContext:
-    """Fork where the system has it (the default on Linux only up to Python 3.13): workers then start
-    at once and are children of this process, as die_with_parent expects."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else methods[0])
-
-
-def stop_workers(others: set) -> None:
-    """End the pool's workers now, mid-image: every child process but those that were there before it.
-
-    ProcessPoolExecutor names its workers only privately (Python 3.14 adds
-    terminate_workers()); multiprocessing.active_children() lists them publicly.
-    """
-    for process in multiprocessing.active_children():
-        if process not in others:
-            process.terminate()
 
 
 def canonical_command(cfg: Config) -> str:
@@ -2337,26 +2276,9 @@ def dataset_header(cfg: Config, histogram: Counter) -> dict:
     }
 
 
-def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
-    with open(path, "w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False) + "\n")
-
-
-def read_jsonl(path: Path) -> Iterator[dict]:
-    """The records of a JSON-lines file this run wrote, one at a time."""
-    with open_regular(path, mode="r", encoding="utf-8") as rows:
-        for line in rows:
-            yield json.loads(line)
-
-
 def write_document(path: Path, cfg: Config, records: Callable[[], Iterable[dict]]) -> None:
-    """data.json as json.dumps({**dataset_header(...), "samples": [...]}, indent=1) spells it.
-
-    records() gives the samples afresh on each call: one pass counts the
-    answers for the header, a second writes the samples one at a time, so
-    memory does not grow with the number of samples.
-    """
+    """data.json as json.dumps({**dataset_header(...), "samples": [...]}, indent=1) spells it, one sample
+    at a time: records() is called twice (answers for the header, then the samples), so memory stays flat."""
     histogram = Counter(record["answer"] for record in records())
     head = json.dumps({**dataset_header(cfg, histogram), "samples": []}, ensure_ascii=False, indent=1)
     empty_list = '[]\n}'  # how the head ends: the samples go in its place
@@ -2412,30 +2334,12 @@ def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> Data
     more = f" and {len(missing) - SHOWN_MISSING:,} more" if len(missing) > SHOWN_MISSING else ""
     ks = sorted({index % shards for index in missing}) if shards else []
     named = f" of shard {', '.join(f'{k}/{shards}' for k in ks[:SHOWN_MISSING])}" if ks else ""
-    return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}"
-                        f"{f' and {len(ks) - SHOWN_MISSING} more shards' if len(ks) > SHOWN_MISSING else ''}"
-                        f": {shown}{more}")
+    more_shards = f" and {len(ks) - SHOWN_MISSING} more shards" if len(ks) > SHOWN_MISSING else ""
+    return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}{more_shards}: {shown}{more}")
 
 
-def collect(cfg: Config, out_dir: Path, workers: int, quiet: bool, scenes: bool | None) -> None:
-    """Write annotations.jsonl and data.json from the record files, in index order.
-
-    A merge (scenes not None) first has workers check every sample (and with scenes, every scene file);
-    a whole run has just done so. A missing sample is named, with its shard.
-    """
-    if scenes is not None:
-        jobs = ((cfg, index, str(out_dir), scenes) for index in range(cfg.n))
-        checked = run_jobs(check_sample, jobs, cfg.n, workers, quiet, "checking")
-        missing, bad_scenes = [], []
-        for index, (finished, scene_ok) in enumerate(checked):
-            (missing if not finished else bad_scenes if not scene_ok else []).append(index)
-        if missing:
-            shards = (read_json(state_path(out_dir, RUN_FILE)) or {}).get("shards")
-            raise missing_samples(cfg, missing, shards if type(shards) is int and shards > 0 else None)
-        if bad_scenes:
-            raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
-                               f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
-
+def collect(cfg: Config, out_dir: Path) -> None:
+    """Write annotations.jsonl and data.json from the record files, in index order."""
     def records() -> Iterator[dict]:
         for index in range(cfg.n):
             record = finished_record(cfg, out_dir, index, check_image=False)
@@ -2443,13 +2347,18 @@ def collect(cfg: Config, out_dir: Path, workers: int, quiet: bool, scenes: bool 
                 raise missing_samples(cfg, [index], None)
             yield record
 
-    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: write_jsonl(tmp, records()), out_dir)
+    def write_jsonl(tmp: Path) -> None:
+        with open(tmp, "w", encoding="utf-8") as out:
+            out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records())
+
+    write_atomic(out_dir / ANNOTATIONS_FILE, write_jsonl, out_dir)
     write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records), out_dir)
 
 
 def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
     """The first count images of the dataset in one grid, each captioned with its index and answer."""
-    records = list(itertools.islice(read_jsonl(out_dir / ANNOTATIONS_FILE), count))
+    with open_regular(out_dir / ANNOTATIONS_FILE, mode="r", encoding="utf-8") as rows:
+        records = [json.loads(line) for line in itertools.islice(rows, count)]
     thumbnails = []
     for record in records:
         with Image.open(out_dir / record["image"]) as image:
@@ -2463,8 +2372,7 @@ def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
                      overwrite: bool = False, overlays: bool = False, scenes: bool = False) -> int:
-    """Keep every finished sample of the shard (the whole dataset by default) and draw the rest; a whole
-    run then collects the dataset files. Returns how many images were drawn."""
+    """Keep every finished sample of the shard and draw the rest (a whole run then collects); how many were drawn."""
     with claimed_folder(cfg, out_dir, shard, overwrite):
         if overlays:
             (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
@@ -2472,20 +2380,16 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
             (out_dir / SCENES_DIR).mkdir(exist_ok=True)
         indices = shard.indices(cfg.n)
         jobs = ((cfg, index, str(out_dir), overlays, scenes) for index in indices)
-        results = run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)
-        try:
-            drawn = sum(results)
-        finally:
-            results.close()  # stops the pool's workers before their temporaries are removed
+        with contextlib.closing(run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)) as results:
+            drawn = sum(results)  # closing stops the pool's workers before their temporaries are removed
         if shard == WHOLE_RUN:
-            collect(cfg, out_dir, workers, quiet, scenes=None)
+            collect(cfg, out_dir)
         return drawn
 
 
 def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
                  overwrite: bool = False) -> None:
-    """Check every sample the shard runs made (and with scenes, every scene file), then write the files a
-    single run would have written. A merge stopped at any point is finished by running it again."""
+    """Check every sample (and scene) the shard runs made, then write the files one run would have written."""
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if found is None:
@@ -2494,7 +2398,17 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, 
         raise DatasetError(f"{out_dir} holds shard runs made with other flags ({identity_difference(found, identity(cfg))}):"
                            " --merge takes the flags the shards were made with, and never removes shard work")
     with claimed_folder(cfg, out_dir, WHOLE_RUN, overwrite=False):
-        collect(cfg, out_dir, workers, quiet, scenes=scenes)
+        jobs = ((cfg, index, str(out_dir), scenes) for index in range(cfg.n))
+        missing, bad_scenes = [], []
+        for index, (finished, scene_ok) in enumerate(run_jobs(check_sample, jobs, cfg.n, workers, quiet, "checking")):
+            (missing if not finished else bad_scenes if not scene_ok else []).append(index)
+        if missing:
+            shards = found.get("shards")
+            raise missing_samples(cfg, missing, shards if type(shards) is int and shards > 0 else None)
+        if bad_scenes:
+            raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
+                               f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
+        collect(cfg, out_dir)
 
 
 # ---------------------------------------------------------------------------
@@ -2578,102 +2492,103 @@ def build_parser() -> OneLineParser:
     return p
 
 
-def given_config(args: argparse.Namespace) -> dict:
-    """The Config fields named on the command line, with their values."""
-    return {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if getattr(args, f.name) is not None}
-
-
 def config_from_args(args: argparse.Namespace) -> Config:
+    """The Config the command line names; a ValueError naming the flag where it or a run flag is refused."""
     if args.balanced and args.original_shapes:
         raise ValueError("--balanced is the default mode; it cannot go with --original-shapes")
-    given = given_config(args)
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if getattr(args, f.name) is not None}
     unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if name in given]
     if unused and not args.original_shapes:  # named at its default value, which Config cannot tell
         raise unused_shape_flags(unused)
     cfg = Config(**given)
     if "parallel_gap" in given and cfg.parallel_gap_checks_nothing:  # named at its default value
         raise idle_parallel_gap(cfg)
+    shard, most_workers = args.shard or WHOLE_RUN, WORKERS_PER_CORE * usable_cores()
+    refusals = {  # the run flags' own rules, in the order they are checked
+        f"--workers must be at least 1, got {args.workers}": args.workers < 1,
+        f"--workers must be at most {most_workers} ({WORKERS_PER_CORE} per core this process may use: more only "
+        f"share the cores, each holding about 150 MiB), got {args.workers}": args.workers > most_workers,
+        "--merge combines finished shards; run it without --shard": args.merge and args.shard,
+        f"--shard {shard.k}/{shard.m}: more shards than --n {cfg.n} images, so some would hold none; "
+        f"split into at most {cfg.n}": shard.m > cfg.n,
+        f"--contact-sheet must be non-negative, got {args.contact_sheet}": args.contact_sheet < 0,
+        "--contact-sheet needs the whole dataset: pass it to --merge instead of --shard":
+            args.contact_sheet and args.shard,
+        "--overlays is made while generating: pass it with --shard": args.overlays and args.merge,
+    }
+    refused = next((message for message, broken in refusals.items() if broken), None)
+    if refused:
+        raise ValueError(refused)
     return cfg
 
 
-def is_evaluation_flag(arg: str) -> bool:
-    """--evaluate (or an abbreviation, as argparse allows) and the flags only scoring.py takes: they go there."""
-    name = arg.partition("=")[0]
-    return name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and "--evaluate".startswith(name))
+def handed_over(argv: list[str]) -> str | None:
+    """The program of its own a command line is for: export for --export-hub or --export-vlmevalkit, scoring for
+    --evaluate and the flags only it takes (each also as the abbreviation argparse allows); None for a run."""
+    names = [arg.partition("=")[0] for arg in argv]
+    exports = ("--export-hub", "--export-vlmevalkit")
+    if any(len(name) > len("--export-") and any(target.startswith(name) for target in exports) for name in names):
+        return "export"
+    if any(name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and "--evaluate".startswith(name))
+           for name in names):
+        return "scoring"  # loads no numpy
+    return None
 
 
-def is_export_flag(arg: str) -> bool:
-    """--export-hub or --export-vlmevalkit, or an abbreviation that names one of them (as argparse allows)."""
-    name = arg.partition("=")[0]
-    targets = ("--export-hub", "--export-vlmevalkit")
-    return len(name) > len("--export-") and any(target.startswith(name) for target in targets)
+@contextlib.contextmanager
+def stop_signals_handled() -> Iterator[None]:
+    """SIGTERM, and Ctrl-C unless a caller ignores it, stop the run through STOP_REQUEST. Handlers can be
+    set from the main thread alone: a harness calling main() from another keeps its own."""
+    STOP_REQUEST.stop = None
+    signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run(args: argparse.Namespace, cfg: Config) -> str:
+    """Generate or merge as the flags say; what was done, in a few words."""
+    shard = args.shard or WHOLE_RUN
+    count = len(shard.indices(cfg.n))
+    if args.merge:
+        merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes)
+        done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
+    else:
+        drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
+                                 args.scenes)
+        files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
+        done = (f"drew {count} images{files}" if drawn == count
+                else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
+    if args.contact_sheet:
+        write_contact_sheet(cfg, args.out, min(args.contact_sheet, count))
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # Exporting and grading are programs of their own, loaded only when asked for.
-    if any(is_export_flag(arg) for arg in argv):
-        import export
-
-        return export.main(argv, prog="creation.py")
-    if any(is_evaluation_flag(arg) for arg in argv):
-        import scoring  # loads no numpy
-
-        return scoring.main(argv, prog="creation.py")
+    program = handed_over(argv)
+    if program is not None:  # loaded only when asked for
+        return importlib.import_module(program).main(argv, prog="creation.py")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         cfg = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
-    if args.workers < 1:
-        parser.error(f"--workers must be at least 1, got {args.workers}")
-    most_workers = WORKERS_PER_CORE * usable_cores()
-    if args.workers > most_workers:
-        parser.error(f"--workers must be at most {most_workers} ({WORKERS_PER_CORE} per core this process may use: "
-                     f"more only share the cores, each holding about 150 MiB), got {args.workers}")
-    if args.merge and args.shard:
-        parser.error("--merge combines finished shards; run it without --shard")
-    if args.shard and args.shard.m > cfg.n:
-        parser.error(f"--shard {args.shard.k}/{args.shard.m}: more shards than --n {cfg.n} images, so some "
-                     f"would hold none; split into at most {cfg.n}")
-    if args.contact_sheet < 0:
-        parser.error(f"--contact-sheet must be non-negative, got {args.contact_sheet}")
-    if args.contact_sheet and args.shard:
-        parser.error("--contact-sheet needs the whole dataset: pass it to --merge instead of --shard")
-    if args.overlays and args.merge:
-        parser.error("--overlays is made while generating: pass it with --shard")
-    # Signal handlers can only be set from the main thread; a harness calling main() elsewhere keeps its own.
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    STOP_REQUEST.stop = None
-    stop_signals = [signal.SIGTERM]
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where a caller ignores Ctrl-C
-        stop_signals.append(signal.SIGINT)
-    previous_handlers = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in stop_signals} if in_main_thread else {}
     try:
-        shard = args.shard or WHOLE_RUN
-        count = len(shard.indices(cfg.n))
-        if args.merge:
-            merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes)
-            done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
-        else:
-            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
-                                     args.scenes)
-            files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
-            done = (f"drew {count} images{files}" if drawn == count
-                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
-        if args.contact_sheet:
-            write_contact_sheet(cfg, args.out, min(args.contact_sheet, count))
+        with stop_signals_handled():
+            done = run(args, cfg)
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
         how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
         print(f"creation.py: {how}; run the same command again to resume", file=sys.stderr)
         return status
-    except DatasetError as error:
+    except (DatasetError, PlacementError) as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
-        return error.status
-    except PlacementError as error:
-        print(f"creation.py: error: {error}", file=sys.stderr)
-        return 1
+        return getattr(error, "status", 1)
     except BrokenProcessPool:
         print("creation.py: error: a worker process was killed (by a signal, or out of memory); "
               "run the same command again to resume", file=sys.stderr)
@@ -2681,9 +2596,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
         return 1
-    finally:
-        for sig, handler in previous_handlers.items():
-            signal.signal(sig, handler)
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0

