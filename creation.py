@@ -1232,7 +1232,7 @@ def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
 
 
 class PlacementError(RuntimeError):
-    pass
+    status = 1  # the exit status: the flags were valid, the sampler gave up
 
 
 @dataclass(frozen=True)
@@ -2588,7 +2588,7 @@ def main(argv: list[str] | None = None) -> int:
         return status
     except (DatasetError, PlacementError) as error:
         print(f"creation.py: error: {error}", file=sys.stderr)
-        return getattr(error, "status", 1)
+        return error.status
     except BrokenProcessPool:
         print("creation.py: error: a worker process was killed (by a signal, or out of memory); "
               "run the same command again to resume", file=sys.stderr)
