@@ -636,7 +636,7 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 
 
 RULES = {  # every traceability rule, in the order a check blames them, and what to change when most
-    # redraws break it; the crossing rules' checks are CROSSING_RULES, the others' try_add_loop's
+    # redraws break it; count_faults and crossing_faults state the first six, try_add_loop the others
     "disconnected": "lower --max-loops",
     "crossing_budget": "lower --max-loops",
     "crossing_angle": "lower --max-loops or --min-crossing-angle",
@@ -997,34 +997,6 @@ def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
     return np.max(np.where(lobe, point_distances(crossings.point, segs.mid), 0.0), axis=1)
 
 
-def crossing_crowding(points: np.ndarray, cfg: Config) -> np.ndarray:
-    """How many other crossings lie within crossing_cluster_px of each crossing.  (C, 2) in, (C,) out"""
-    return (gaps_between(points) <= cfg.crossing_cluster_px).sum(axis=1)
-
-
-def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
-    """Whether any new crossing is too close to another crossing, any or of the same two loops, or in a cluster.
-
-    Crossings from first_new on are new; each is compared with every other one.
-    A cluster is a crossing with two others within crossing_cluster_px; only
-    clusters a new crossing belongs to count (the others were checked before).
-    """
-    new = slice(first_new, None)
-    everywhere = gaps_between(crossings.point)  # (C, C)
-    dist = everywhere[new]
-    near = everywhere <= cfg.crossing_cluster_px
-    in_new_cluster = (near.sum(axis=1) >= 2) & (near[:, new].any(axis=1) | (np.arange(len(near)) >= first_new))
-    same_pair = ((crossings.loop_a[new][:, None] == crossings.loop_a)
-                 & (crossings.loop_b[new][:, None] == crossings.loop_b))
-    too_close = bool(np.any(dist < cfg.min_crossing_separation) or np.any(in_new_cluster))
-    shallower = np.minimum(crossings.angle_deg[new][:, None], crossings.angle_deg[None, :])
-    # Two crossings of a loop with itself bound an eye only if short arcs join them (not two curls).
-    own = crossings.is_self[new]
-    eye = (~own[:, None] | joined_by_short_arcs(crossings, new, dist)) if own.any() else True
-    same_pair_close = bool(np.any(same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))))
-    return too_close, same_pair_close
-
-
 def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> np.ndarray:
     """For two self-crossings of one loop, whether arcs under LENS_ARC_RATIO x their distance join them.  (N, C)
 
@@ -1057,19 +1029,60 @@ def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config, eye: np.ndarray 
     return np.maximum(cfg.min_same_pair_separation, lens_px)
 
 
-def bends_misleadingly(bend_deg: np.ndarray, angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
-    """Crossings where a strand bends so sharply that the wrong way through the X looks as smooth.  (C,) bool
+def count_faults(crossings: np.ndarray, room: float) -> dict[str, np.ndarray]:
+    """The rules on how many crossings a budgeted loop makes with the loops before it, for counts (K,).
 
-    A strand that turns by beta beside a crossing at angle theta leaves the wrong
-    way only about theta - beta more crooked than its own (creation.md, "Bends
-    beside a crossing").
+    One piece: a loop floating apart is easy to count. Within its crossing_cap
+    (room is what the cap leaves), so the crossings do not track N.
     """
-    return bend_deg > cfg.max_crossing_bend * angle_deg
+    return {"disconnected": crossings < 1, "crossing_budget": crossings > room}
 
 
-def too_shallow(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
-    """Crossings at a shallower angle than min_crossing_angle: two strands meeting there read as touching."""
-    return angle_deg < cfg.min_crossing_angle
+def crossing_faults(new: Crossings, old: Crossings, cfg: Config, copy: np.ndarray | None = None
+                    ) -> dict[str, np.ndarray]:
+    """Which crossing rule each new crossing breaks, in RULES order: the one statement of these rules.  (H,) bool each
+
+    A new crossing is measured against every old one and every other new one
+    of its own copy (copy (H,) numbers the position screen's translated copies
+    of one loop; by default all are one). A cluster is a crossing with two
+    others within crossing_cluster_px; only clusters a new crossing belongs to
+    count, as the old crossings were checked before.
+    """
+    copy = np.zeros(len(new), dtype=np.int64) if copy is None else copy
+    every, first_new = old + new, len(old)
+    dist = point_distances(new.point, every.point)  # (H, C + H)
+    same_copy = copy[:, None] == copy[None, :]  # (H, H)
+    meets = np.concatenate([np.ones((len(new), first_new), dtype=bool), same_copy], axis=1)
+    meets[np.arange(len(new)), first_new + np.arange(len(new))] = False  # not itself
+    near = meets & (dist <= cfg.crossing_cluster_px)
+    near_old = near[:, :first_new]  # (H, C)
+    # An old crossing joins a cluster when its old neighbours and the new ones of a copy near it reach two.
+    touched = np.flatnonzero(near_old.any(axis=0))
+    old_neighbours = np.zeros(first_new, dtype=np.int64)
+    old_neighbours[touched] = (point_distances(rows_at(old.point, touched), old.point)
+                               <= cfg.crossing_cluster_px).sum(axis=1) - 1  # less itself
+    copy_neighbours = same_copy.astype(np.int64) @ near_old.astype(np.int64)  # (H, C)
+    crowded = ((meets & (dist < cfg.min_crossing_separation)).any(axis=1) | (near.sum(axis=1) >= 2)
+               | (near_old & (old_neighbours + copy_neighbours >= 2)).any(axis=1))
+    same_pair = meets & (new.loop_a[:, None] == every.loop_a) & (new.loop_b[:, None] == every.loop_b)
+    shallower = np.minimum(new.angle_deg[:, None], every.angle_deg[None, :])
+    # Two crossings of a loop with itself bound an eye only if short arcs join them (not two curls).
+    own = new.is_self
+    eye = (~own[:, None] | joined_by_short_arcs(every, slice(first_new, None), dist)) if own.any() else True
+    return {
+        # Two strands meeting shallower than min_crossing_angle read as touching.
+        "crossing_angle": new.angle_deg < cfg.min_crossing_angle,
+        # A strand that turns by beta beside a crossing at angle theta leaves the wrong way only about
+        # theta - beta more crooked than its own (creation.md, "Bends beside a crossing").
+        "crossing_bend": new.bend_deg > cfg.max_crossing_bend * new.angle_deg,
+        "crossing_separation": crowded,
+        "same_pair_separation": (same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))).any(axis=1),
+    }
+
+
+def first_broken(faults: dict[str, np.ndarray]) -> str | None:
+    """The first rule any row breaks, or None."""
+    return next((rule for rule, broken in faults.items() if broken.any()), None)
 
 
 def curl_too_small(reach_px: np.ndarray, cfg: Config) -> bool:
@@ -1080,24 +1093,6 @@ def curl_too_small(reach_px: np.ndarray, cfg: Config) -> bool:
 def runs_too_long(runs_px: np.ndarray, cfg: Config) -> bool:
     """Whether two strands run side by side, within parallel_gap, for longer than max_parallel_run."""
     return bool(np.any(runs_px > cfg.max_parallel_run))
-
-
-def outside_margin(points: np.ndarray, cfg: Config) -> bool:
-    """Whether any point lies in the ink-free border of interior_margin along the canvas edges."""
-    return bool(np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin))
-
-
-CROSSING_RULES = {  # rule -> whether crossings `new`, joining the crossings `old`, break it
-    "crossing_angle": lambda new, old, cfg: bool(np.any(too_shallow(new.angle_deg, cfg))),
-    "crossing_bend": lambda new, old, cfg: bool(np.any(bends_misleadingly(new.bend_deg, new.angle_deg, cfg))),
-    "crossing_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[0],
-    "same_pair_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[1],
-}
-
-
-def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, cfg: Config) -> str | None:
-    """The first crossing rule the new crossings break, or None."""
-    return next((rule for rule, broken in CROSSING_RULES.items() if broken(new_crossings, old_crossings, cfg)), None)
 
 
 @dataclass(frozen=True)
@@ -1179,35 +1174,6 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     return rows_where(point, close), rows_where(segment, close)
 
 
-def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
-    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
-    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
-
-    segs = concat_segments([loop_segments(p, i, cfg.bend_window) for i, p in enumerate(loops)])
-    tree, longest = cKDTree(segs.mid), longest_segment(segs)
-
-    def pairs_within(radius: float) -> np.ndarray:
-        return separate_strand_pairs(segs, tree.query_pairs(radius, output_type="ndarray").astype(np.int64), cfg)
-
-    return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
-
-
-def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
-    """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
-    segs, crossings, _ = find_all_events(loops, cfg)
-    return longest_run_in_tangle_px(segs, crossings, cfg)
-
-
-def longest_run_in_tangle_px(segs: Segments, crossings: Crossings, cfg: Config) -> float:
-    """longest_parallel_run_px over segments and crossings already found, all pairs at once."""
-    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
-
-    longest = longest_segment(segs)
-    found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
-    runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
-    return float(runs.max(initial=0.0))
-
-
 # ---------------------------------------------------------------------------
 # The sampler: how the answer N is decided, then loops placed one at a time
 
@@ -1244,12 +1210,11 @@ class Tangle:
     grid: SegmentGrid  # over segs
     crossings: Crossings
     longest: float  # longest_segment(segs)
-    crowding: np.ndarray  # (C,) crossing_crowding of the crossings, kept for the position screen
 
     @staticmethod
     def empty(cfg: Config) -> Tangle:
         segs = concat_segments([loop_segments(np.zeros((0, 2)), 0, cfg.bend_window)])
-        return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0, np.zeros(0, dtype=np.int64))
+        return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0)
 
     def crossing_room(self, shape: LoopShape) -> float:
         """How many more crossings between loops the shape's crossing_cap allows."""
@@ -1286,16 +1251,10 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
     else:
         between = label_crossings(new, tangle.segs, *screened)
-    if shape is not None:
-        # One piece: a loop floating apart is easy to count.
-        if tangle.loops and len(between) == 0:
-            return None, "disconnected"
-        if len(between) > tangle.crossing_room(shape):
-            return None, "crossing_budget"
-    # Most redraws fail on the angle of a crossing with an earlier loop; settle
-    # that before looking for self-crossings, which the same rule would reject anyway.
-    if np.any(too_shallow(between.angle_deg, cfg)):
-        return None, "crossing_angle"
+    if shape is not None and tangle.loops:
+        reason = first_broken(count_faults(np.array([len(between)]), tangle.crossing_room(shape)))
+        if reason is not None:
+            return None, reason
     segs = concat_segments([tangle.segs, new])
     offset = len(tangle.segs)
     new_tree = cKDTree(new.mid)
@@ -1309,7 +1268,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         return separate_strand_pairs(segs, found, cfg)
 
     crossings = between + find_crossings(segs, pairs_within_new(longest))
-    reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
+    reason = first_broken(crossing_faults(crossings, tangle.crossings, cfg))
     if reason is not None:
         return None, reason
     curls = rows_where(np.arange(len(crossings)), crossings.is_self)
@@ -1325,8 +1284,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     if runs_too_long(parallel_runs_px(candidates, segs, crossings, cfg, longest), cfg):
         return None, "parallel"
     crossings = tangle.crossings + crossings
-    return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest,
-                  crossing_crowding(crossings.point, cfg)), None
+    return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest), None
 
 
 @dataclass(frozen=True)
@@ -1334,25 +1292,22 @@ class PlacementFaults:
     """What each of K translated copies of a loop does to the tangle, by the rules on crossings between loops."""
 
     crossings: np.ndarray  # (K,) crossings with the tangle
-    shallow: np.ndarray  # (K,) bool: some crossing under min_crossing_angle
-    bent: np.ndarray  # (K,) bool: some crossing where a strand bends misleadingly
-    crowded: np.ndarray  # (K,) bool: some crossing nearer another than min_crossing_separation
-    lens: np.ndarray  # (K,) bool: two crossings with the same loop nearer than same_pair_separation_px
+    crossing_rules: dict[str, np.ndarray]  # crossing_faults per copy, (K,) bool each; judged only within the budget
+
+    def broken(self, room: float) -> dict[str, np.ndarray]:
+        return {**count_faults(self.crossings, room), **self.crossing_rules}
 
     def allowed(self, room: float) -> np.ndarray:
-        return ((self.crossings >= 1) & (self.crossings <= room) & ~self.shallow & ~self.bent & ~self.crowded
-                & ~self.lens)
+        return ~np.any(list(self.broken(room).values()), axis=0)
 
     def reason(self, room: float) -> str:
         """The rule to blame when no copy passes: in RULES order, the first that all copies left break."""
-        passed = self.crossings >= 1
-        broken = {"disconnected": ~passed, "crossing_budget": self.crossings > room, "crossing_angle": self.shallow,
-                  "crossing_bend": self.bent, "crossing_separation": self.crowded}
-        for rule in (rule for rule in RULES if rule in broken):
-            if not np.any(passed & ~broken[rule]):
+        passed = np.ones(len(self.crossings), dtype=bool)
+        for rule, broken in self.broken(room).items():
+            if not np.any(passed & ~broken):
                 return rule
-            passed &= ~broken[rule]
-        return "same_pair_separation"
+            passed &= ~broken
+        return rule
 
 
 @dataclass(frozen=True)
@@ -1379,13 +1334,11 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
 
     bend_deg is the loop's strand_bend_deg, which moving it does not change.
 
-    The crossings are found as try_add_loop finds them. A crossing is
-    crowded if it is too near an existing crossing or another of the same
-    copy's, and makes a lens if a crossing with the same loop is too near
-    for its angle; try_add_loop still checks the copy's own self-crossings.
-    Only copies with 1 to room crossings are judged further: the others can
-    neither pass nor decide which rule PlacementFaults.reason blames, so their
-    other flags stay False.
+    The crossings are found as try_add_loop finds them and judged by the same
+    count_faults and crossing_faults; try_add_loop still checks the copy's own
+    self-crossings. Only copies within the count rules are judged further: the
+    others can neither pass nor decide which rule PlacementFaults.reason
+    blames, so their other flags stay False.
     """
     count, points = tries.shape[1], tries.reshape(-1, 2)
     ends = np.concatenate([tries[:, 1:], tries[:, :1]], axis=1).reshape(-1, 2)
@@ -1395,43 +1348,19 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
              rows_at(tangle.segs.end, theirs))
     hit = segments_cross(*pairs)
     crossings = np.bincount(rows_where(mine, hit) // count, minlength=len(tries))
-    hit &= rows_at((crossings >= 1) & (crossings <= room), mine // count)
+    hit &= rows_at(~np.any(list(count_faults(crossings, room).values()), axis=0), mine // count)
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
     row = rows_where(theirs, hit)
-    other = rows_at(tangle.segs.loop, row)
-    bent = bends_misleadingly(np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), angle, cfg)
-    old_gap = point_distances(point, tangle.crossings.point)  # (H, C)
+    # As label_crossings would label them: the new loop's id is above every old one, and it has no
+    # self-crossings here, so its arcs are not needed.
+    zeros = np.zeros(len(row))
+    found = Crossings(point, angle, rows_at(tangle.segs.loop, row), np.full(len(row), len(tangle.loops)), zeros,
+                      zeros, np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), zeros)
     # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
-    gap = gaps_between(point)  # (H, H)
-    same_copy = copy[:, None] == copy[None, :]
-    near_old = old_gap <= cfg.crossing_cluster_px  # (H, C)
-    # A new crossing with two others near, old or of the same copy, makes a cluster.
-    crowded = ((old_gap < cfg.min_crossing_separation).any(axis=1)
-               | (same_copy & (gap < cfg.min_crossing_separation)).any(axis=1)
-               | (near_old.sum(axis=1) + (same_copy & (gap <= cfg.crossing_cluster_px)).sum(axis=1) >= 2))
-    lens_gap = same_pair_separation_px(np.minimum(angle[:, None], angle[None, :]), cfg)
-    lens = (same_copy & (other[:, None] == other[None, :]) & (gap < lens_gap)).any(axis=1)
-
-    def per_copy(flags: np.ndarray) -> np.ndarray:
-        return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
-
-    clustered = per_copy(crowded) | joins_old_clusters(copy, near_old, tangle.crowding, len(tries))
-    faults = PlacementFaults(crossings, per_copy(too_shallow(angle, cfg)), per_copy(bent), clustered,
-                             per_copy(lens))
-    return faults, CopyCrossings(copy, segment, row, point, angle)
-
-
-def joins_old_clusters(copy: np.ndarray, near_old: np.ndarray, crowding: np.ndarray, copies: int) -> np.ndarray:
-    """Per copy: whether it gives an old crossing a second neighbour within crossing_cluster_px.  (K,) bool
-
-    copy (H,) names each new crossing's copy, near_old (H, C) says which old crossings lie within reach,
-    and crowding (C,) how many neighbours each old one has already (at most one: the tangle holds no cluster).
-    """
-    rows, cols = np.nonzero(near_old)
-    old = len(crowding)
-    new_count = np.bincount(copy[rows] * old + cols, minlength=copies * old).reshape(copies, old)  # (K, C)
-    return ((new_count >= 1) & (crowding + new_count >= 2)).any(axis=1)
+    per_copy = {rule: np.bincount(rows_where(copy, broken), minlength=len(tries)) > 0
+                for rule, broken in crossing_faults(found, tangle.crossings, cfg, copy).items()}
+    return PlacementFaults(crossings, per_copy), CopyCrossings(copy, segment, row, point, angle)
 
 
 def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -1476,8 +1405,9 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
             chosen = int(np.argmax(allowed))
             return tries[chosen], hits.of(chosen), None
         batches.append(faults)
-    every = PlacementFaults(*(np.concatenate([getattr(f, field.name) for f in batches])
-                              for field in dataclasses.fields(PlacementFaults)))
+    every = PlacementFaults(np.concatenate([f.crossings for f in batches]),
+                            {rule: np.concatenate([f.crossing_rules[rule] for f in batches])
+                             for rule in batches[0].crossing_rules})
     return None, None, every.reason(room)
 
 
