@@ -127,8 +127,8 @@ BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reac
 BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
 BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
 # A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
-# count then gives N away; a partial share plus many random curls keeps each statistic alone within about
-# 10 points of chance (a model over both still does better: creation.md, "Still open").
+# count then gives N away; a partial share plus many random curls keeps each statistic alone a weak
+# guide to N (creation.md, "Still open").
 CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops; more would let the curl count give N away
 # Curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror; set for
 # BALANCED_CURL_LOOPS = --max-loops and scaled with it, as the ink and so the room for curls is.
@@ -141,8 +141,7 @@ PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is
 SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
 # Curl size: big lobes are often crossed by other loops, which hides them from a curl detector, and they
 # are the size of the faces that loop crossings make, so face sizes track N less (creation.md, "Still open").
-# Below ~2.4 the tip is sharper than 8 px.
-CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size
+CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size; a low ratio gives a tip sharper than a bend may be
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 # Nested curls: a second curl on a curl's lobe leaves that lobe no branch of its own, so a
 # curl count misses it while it still turns most of a turn, as a loop does. Each pair of the curls
@@ -463,7 +462,7 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
     """Per-loop targets for one image, largest loop first; the budgets they share do not depend on N."""
     scale = budget_scale(cfg)
     total = cfg.max_loops * scale * rng.uniform(*BALANCED_MEAN_PERIMETER_PX)
-    # Extra curls in proportion to the ink: 14 curls on the ink of five loops bend too tightly to draw.
+    # Extra curls in proportion to the ink: the full count on the ink of a few loops bends too tightly to draw.
     extra_curls = BALANCED_EXTRA_CURLS * cfg.max_loops / BALANCED_CURL_LOOPS
     num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, extra_curls + 1))
     # A curl takes its own gap plus CURL_ARC_GAPS of arc, and leaving every other
