@@ -42,7 +42,6 @@ import stat
 import sys
 import threading
 import time
-import warnings
 import zlib
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -50,7 +49,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Callable, Iterable, Iterator, NamedTuple, NoReturn
+from typing import Iterable, Iterator, NamedTuple, NoReturn
 
 
 def leave_quietly(signum, frame) -> NoReturn:
@@ -1749,8 +1748,6 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
-MAX_RECORD_BYTES = 1 << 16  # a record is under 1 KB: a larger file is damaged, and its sample redrawn
-MAX_SCENE_BYTES = 1 << 28  # far above any scene: a larger file is not read
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
 SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
@@ -1828,13 +1825,12 @@ def reject_constant(name: str):
     raise ValueError(f"{name} is not a number a record holds")
 
 
-def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
-    """The JSON value in a regular file of at most limit bytes; None if absent, larger, or not JSON."""
+def read_json(path: Path):
+    """The JSON value in a regular file; None if absent or not JSON (UnicodeDecodeError is a ValueError)."""
     try:
         with open_regular(path) as file:
-            text = file.read(limit + 1)
-        return json.loads(text, parse_constant=reject_constant) if len(text) <= limit else None
-    except (FileNotFoundError, DatasetError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return json.loads(file.read(), parse_constant=reject_constant)
+    except (FileNotFoundError, DatasetError, ValueError, RecursionError):
         return None
 
 
@@ -1873,13 +1869,11 @@ def process_alive(pid: int) -> bool:
     return True
 
 
-def image_matches(path: Path, sha256, size: int) -> bool:
-    """Whether path is a regular file holding a PNG of at most size x size pixels with this pixel hash."""
+def image_matches(path: Path, sha256) -> bool:
+    """Whether path is a regular file holding a PNG with this pixel hash."""
     try:
-        with open_regular(path) as file, warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check guards
-            with Image.open(file, formats=["PNG"]) as image:
-                return image.width * image.height <= size * size and pixel_sha256(image) == sha256
+        with open_regular(path) as file, Image.open(file, formats=["PNG"]) as image:
+            return pixel_sha256(image) == sha256
     except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
         return False
 
@@ -1900,7 +1894,7 @@ def same_value(found, expected) -> bool:
 
 def scene_matches(path: Path, record: dict) -> bool:
     """Whether path is a scene file naming the record's image, index and pixel hash."""
-    scene = read_json(path, MAX_SCENE_BYTES)
+    scene = read_json(path)
     return isinstance(scene, dict) and all(same_value(scene.get(key), record.get(key))
                                            for key in ("image", "index", "pixel_sha256"))
 
@@ -1910,7 +1904,7 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
     record = read_json(record_path(out_dir, index, cfg.n))
     if not (record_fits(cfg, record) and record["index"] == index):
         return None
-    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256"), cfg.size):
+    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
         return None
     return record
 
@@ -1971,14 +1965,11 @@ def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
-    """What a run file declares that this run's identity does not, in a few words ("seed 6, not 5")."""
+    """The first field a run file declares otherwise than this run's identity ("seed 6, not 5"), or None."""
     fields = {"generator_version": found.get("generator_version"), **found["config"]}
     wanted = {"generator_version": expected["generator_version"], **expected["config"]}
-    differences = [f"{key} {json.dumps(fields.get(key))[:40]}, not {json.dumps(value)}"
-                   for key, value in wanted.items() if not same_value(fields.get(key), value)]
-    differences += [f"{key} unknown here" for key in fields if key not in wanted]
-    more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
-    return "; ".join(differences[:3]) + more if differences else None
+    return next((f"{key} {json.dumps(fields.get(key))[:40]}, not {json.dumps(value)}" for key, value in wanted.items()
+                 if not same_value(fields.get(key), value)), None if fields.keys() == wanted.keys() else "unknown fields")
 
 
 def folder_dataset(cfg: Config, out_dir: Path) -> tuple[dict | None, str | None, bool]:
@@ -2028,7 +2019,7 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
             overlay = out_dir / REVIEW_DIR / "overlays" / name
             if png_tag(overlay) == sha:
                 remove(overlay)
-            if image_matches(out_dir / image, sha, MAX_SIZE_PX):
+            if image_matches(out_dir / image, sha):
                 remove(out_dir / image)
         path.unlink()
     sheet = out_dir / REVIEW_DIR / CONTACT_SHEET_FILE
@@ -2205,18 +2196,6 @@ def dataset_header(cfg: Config, histogram: Counter) -> dict:
     }
 
 
-def write_document(path: Path, cfg: Config, records: Callable[[], Iterable[dict]]) -> None:
-    """data.json as json.dumps({**dataset_header(...), "samples": [...]}, indent=1) spells it, one sample
-    at a time: records() is called twice (answers for the header, then the samples), so memory stays flat."""
-    histogram = Counter(record["answer"] for record in records())
-    head = json.dumps({**dataset_header(cfg, histogram), "samples": []}, ensure_ascii=False, indent=1)
-    empty_list = '[]\n}'  # how the head ends: the samples go in its place
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(head[:-len(empty_list)])
-        for i, record in enumerate(records()):
-            sample = json.dumps(record, ensure_ascii=False, indent=1).replace("\n", "\n  ")
-            out.write(("[\n  " if i == 0 else ",\n  ") + sample)
-        out.write("\n ]\n}\n" if histogram else empty_list + "\n")
 
 
 # -- Drawing and collecting
@@ -2269,19 +2248,14 @@ def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> Data
 
 def collect(cfg: Config, out_dir: Path) -> None:
     """Write annotations.jsonl and data.json from the record files, in index order."""
-    def records() -> Iterator[dict]:
-        for index in range(cfg.n):
-            record = finished_record(cfg, out_dir, index, check_image=False)
-            if record is None:  # removed or edited since it was checked
-                raise missing_samples(cfg, [index], None)
-            yield record
-
-    def write_jsonl(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records())
-
-    write_atomic(out_dir / ANNOTATIONS_FILE, write_jsonl, out_dir)
-    write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records), out_dir)
+    records = [finished_record(cfg, out_dir, index, check_image=False) for index in range(cfg.n)]
+    if None in records:  # removed or edited since it was checked
+        raise missing_samples(cfg, [records.index(None)], None)
+    lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    header = dataset_header(cfg, Counter(record["answer"] for record in records))
+    document = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
+    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: tmp.write_text(lines, encoding="utf-8"), out_dir)
+    write_atomic(out_dir / DATA_FILE, lambda tmp: tmp.write_text(document, encoding="utf-8"), out_dir)
 
 
 def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
