@@ -806,13 +806,6 @@ def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.hypot(a[:, 0, None] - b[:, 0], a[:, 1, None] - b[:, 1])
 
 
-def gaps_between(points: np.ndarray) -> np.ndarray:
-    """Distance between every two of the points, infinite from a point to itself.  (C, 2) in, (C, C) out"""
-    gaps = point_distances(points, points)
-    np.fill_diagonal(gaps, np.inf)
-    return gaps
-
-
 def point_segment_distance(x, a, b) -> np.ndarray:
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
     axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
@@ -1865,7 +1858,7 @@ def process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
+        pass
     return True
 
 
@@ -2034,25 +2027,10 @@ def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
                            f"{shard.k}/{shard.m}: give every shard the same M")
 
 
-def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, lock) -> None:
-    """Make out_dir this dataset's: another is refused, or with --overwrite removed while lock is held alone."""
-    found, refusal, replace = folder_dataset(cfg, out_dir)
-    if refusal is not None and not overwrite:
-        raise DatasetError(refusal)
-    if replace:
-        if not flock(lock, exclusive=True):
-            raise LiveRun(out_dir)
-        remove_replaced_dataset(out_dir, found)
-        found = None
-    check_split(found, shard, out_dir)
-    if found is None or (shard != WHOLE_RUN and "shards" not in found):
-        run = {**identity(cfg), **({"shards": shard.m} if shard != WHOLE_RUN else {})}
-        write_atomic(state_path(out_dir, RUN_FILE), lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir)
-
-
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir: checked before anything is written, made, locked, claimed; temporaries of dead runs removed.
+    """Hold out_dir: checked before anything is written, made, locked, claimed (another dataset refused, or
+    with --overwrite removed while the lock is held alone); temporaries of dead runs removed.
 
     The lock is shared by shard runs and held alone by whole runs, merges and --overwrite; shard runs set
     the folder up one at a time (setup), so that one may take the lock alone to replace a run file.
@@ -2071,7 +2049,20 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
                 raise LiveRun(out_dir)
             if not flock(lock, exclusive=shard == WHOLE_RUN or overwrite):
                 raise LiveRun(out_dir)
-            claim_folder(cfg, out_dir, shard, overwrite, lock)
+            # Read again under the lock: another run may have claimed the folder meanwhile.
+            found, refusal, replace = folder_dataset(cfg, out_dir)
+            if refusal is not None and not overwrite:
+                raise DatasetError(refusal)
+            if replace:
+                if not flock(lock, exclusive=True):
+                    raise LiveRun(out_dir)
+                remove_replaced_dataset(out_dir, found)
+                found = None
+            check_split(found, shard, out_dir)
+            if found is None or (shard != WHOLE_RUN and "shards" not in found):
+                run = {**identity(cfg), **({"shards": shard.m} if shard != WHOLE_RUN else {})}
+                write_atomic(state_path(out_dir, RUN_FILE), lambda tmp: tmp.write_text(json.dumps(run) + "\n"),
+                             out_dir)
             remove_dead_temporaries(out_dir)
             if shard != WHOLE_RUN:
                 if not flock(lock, exclusive=False):  # back to shared, if it was taken alone to replace a dataset
