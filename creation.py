@@ -42,7 +42,6 @@ import stat
 import sys
 import threading
 import time
-import warnings
 import zlib
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -50,7 +49,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
-from typing import Callable, Iterable, Iterator, NamedTuple, NoReturn
+from typing import Iterable, Iterator, NamedTuple, NoReturn
 
 
 def leave_quietly(signum, frame) -> NoReturn:
@@ -127,8 +126,8 @@ BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reac
 BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
 BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
 # A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
-# count then gives N away; a partial share plus many random curls keeps each statistic alone within about
-# 10 points of chance (a model over both still does better: creation.md, "Still open").
+# count then gives N away; a partial share plus many random curls keeps each statistic alone a weak
+# guide to N (creation.md, "Still open").
 CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops; more would let the curl count give N away
 # Curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror; set for
 # BALANCED_CURL_LOOPS = --max-loops and scaled with it, as the ink and so the room for curls is.
@@ -141,8 +140,7 @@ PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is
 SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
 # Curl size: big lobes are often crossed by other loops, which hides them from a curl detector, and they
 # are the size of the faces that loop crossings make, so face sizes track N less (creation.md, "Still open").
-# Below ~2.4 the tip is sharper than 8 px.
-CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size
+CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size; a low ratio gives a tip sharper than a bend may be
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 # Nested curls: a second curl on a curl's lobe leaves that lobe no branch of its own, so a
 # curl count misses it while it still turns most of a turn, as a loop does. Each pair of the curls
@@ -463,7 +461,7 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
     """Per-loop targets for one image, largest loop first; the budgets they share do not depend on N."""
     scale = budget_scale(cfg)
     total = cfg.max_loops * scale * rng.uniform(*BALANCED_MEAN_PERIMETER_PX)
-    # Extra curls in proportion to the ink: 14 curls on the ink of five loops bend too tightly to draw.
+    # Extra curls in proportion to the ink: the full count on the ink of a few loops bends too tightly to draw.
     extra_curls = BALANCED_EXTRA_CURLS * cfg.max_loops / BALANCED_CURL_LOOPS
     num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, extra_curls + 1))
     # A curl takes its own gap plus CURL_ARC_GAPS of arc, and leaving every other
@@ -636,7 +634,7 @@ def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -
 
 
 RULES = {  # every traceability rule, in the order a check blames them, and what to change when most
-    # redraws break it; the crossing rules' checks are CROSSING_RULES, the others' try_add_loop's
+    # redraws break it; count_faults and crossing_faults state the first six, try_add_loop the others
     "disconnected": "lower --max-loops",
     "crossing_budget": "lower --max-loops",
     "crossing_angle": "lower --max-loops or --min-crossing-angle",
@@ -806,13 +804,6 @@ def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
 def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Distance from every point of a to every point of b.  (A, 2), (B, 2) in, (A, B) out"""
     return np.hypot(a[:, 0, None] - b[:, 0], a[:, 1, None] - b[:, 1])
-
-
-def gaps_between(points: np.ndarray) -> np.ndarray:
-    """Distance between every two of the points, infinite from a point to itself.  (C, 2) in, (C, C) out"""
-    gaps = point_distances(points, points)
-    np.fill_diagonal(gaps, np.inf)
-    return gaps
 
 
 def point_segment_distance(x, a, b) -> np.ndarray:
@@ -997,34 +988,6 @@ def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
     return np.max(np.where(lobe, point_distances(crossings.point, segs.mid), 0.0), axis=1)
 
 
-def crossing_crowding(points: np.ndarray, cfg: Config) -> np.ndarray:
-    """How many other crossings lie within crossing_cluster_px of each crossing.  (C, 2) in, (C,) out"""
-    return (gaps_between(points) <= cfg.crossing_cluster_px).sum(axis=1)
-
-
-def crossing_separation_faults(crossings: Crossings, first_new: int, cfg: Config) -> tuple[bool, bool]:
-    """Whether any new crossing is too close to another crossing, any or of the same two loops, or in a cluster.
-
-    Crossings from first_new on are new; each is compared with every other one.
-    A cluster is a crossing with two others within crossing_cluster_px; only
-    clusters a new crossing belongs to count (the others were checked before).
-    """
-    new = slice(first_new, None)
-    everywhere = gaps_between(crossings.point)  # (C, C)
-    dist = everywhere[new]
-    near = everywhere <= cfg.crossing_cluster_px
-    in_new_cluster = (near.sum(axis=1) >= 2) & (near[:, new].any(axis=1) | (np.arange(len(near)) >= first_new))
-    same_pair = ((crossings.loop_a[new][:, None] == crossings.loop_a)
-                 & (crossings.loop_b[new][:, None] == crossings.loop_b))
-    too_close = bool(np.any(dist < cfg.min_crossing_separation) or np.any(in_new_cluster))
-    shallower = np.minimum(crossings.angle_deg[new][:, None], crossings.angle_deg[None, :])
-    # Two crossings of a loop with itself bound an eye only if short arcs join them (not two curls).
-    own = crossings.is_self[new]
-    eye = (~own[:, None] | joined_by_short_arcs(crossings, new, dist)) if own.any() else True
-    same_pair_close = bool(np.any(same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))))
-    return too_close, same_pair_close
-
-
 def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> np.ndarray:
     """For two self-crossings of one loop, whether arcs under LENS_ARC_RATIO x their distance join them.  (N, C)
 
@@ -1057,19 +1020,60 @@ def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config, eye: np.ndarray 
     return np.maximum(cfg.min_same_pair_separation, lens_px)
 
 
-def bends_misleadingly(bend_deg: np.ndarray, angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
-    """Crossings where a strand bends so sharply that the wrong way through the X looks as smooth.  (C,) bool
+def count_faults(crossings: np.ndarray, room: float) -> dict[str, np.ndarray]:
+    """The rules on how many crossings a budgeted loop makes with the loops before it, for counts (K,).
 
-    A strand that turns by beta beside a crossing at angle theta leaves the wrong
-    way only about theta - beta more crooked than its own (creation.md, "Bends
-    beside a crossing").
+    One piece: a loop floating apart is easy to count. Within its crossing_cap
+    (room is what the cap leaves), so the crossings do not track N.
     """
-    return bend_deg > cfg.max_crossing_bend * angle_deg
+    return {"disconnected": crossings < 1, "crossing_budget": crossings > room}
 
 
-def too_shallow(angle_deg: np.ndarray, cfg: Config) -> np.ndarray:
-    """Crossings at a shallower angle than min_crossing_angle: two strands meeting there read as touching."""
-    return angle_deg < cfg.min_crossing_angle
+def crossing_faults(new: Crossings, old: Crossings, cfg: Config, copy: np.ndarray | None = None
+                    ) -> dict[str, np.ndarray]:
+    """Which crossing rule each new crossing breaks, in RULES order: the one statement of these rules.  (H,) bool each
+
+    A new crossing is measured against every old one and every other new one
+    of its own copy (copy (H,) numbers the position screen's translated copies
+    of one loop; by default all are one). A cluster is a crossing with two
+    others within crossing_cluster_px; only clusters a new crossing belongs to
+    count, as the old crossings were checked before.
+    """
+    copy = np.zeros(len(new), dtype=np.int64) if copy is None else copy
+    every, first_new = old + new, len(old)
+    dist = point_distances(new.point, every.point)  # (H, C + H)
+    same_copy = copy[:, None] == copy[None, :]  # (H, H)
+    meets = np.concatenate([np.ones((len(new), first_new), dtype=bool), same_copy], axis=1)
+    meets[np.arange(len(new)), first_new + np.arange(len(new))] = False  # not itself
+    near = meets & (dist <= cfg.crossing_cluster_px)
+    near_old = near[:, :first_new]  # (H, C)
+    # An old crossing joins a cluster when its old neighbours and the new ones of a copy near it reach two.
+    touched = np.flatnonzero(near_old.any(axis=0))
+    old_neighbours = np.zeros(first_new, dtype=np.int64)
+    old_neighbours[touched] = (point_distances(rows_at(old.point, touched), old.point)
+                               <= cfg.crossing_cluster_px).sum(axis=1) - 1  # less itself
+    copy_neighbours = same_copy.astype(np.int64) @ near_old.astype(np.int64)  # (H, C)
+    crowded = ((meets & (dist < cfg.min_crossing_separation)).any(axis=1) | (near.sum(axis=1) >= 2)
+               | (near_old & (old_neighbours + copy_neighbours >= 2)).any(axis=1))
+    same_pair = meets & (new.loop_a[:, None] == every.loop_a) & (new.loop_b[:, None] == every.loop_b)
+    shallower = np.minimum(new.angle_deg[:, None], every.angle_deg[None, :])
+    # Two crossings of a loop with itself bound an eye only if short arcs join them (not two curls).
+    own = new.is_self
+    eye = (~own[:, None] | joined_by_short_arcs(every, slice(first_new, None), dist)) if own.any() else True
+    return {
+        # Two strands meeting shallower than min_crossing_angle read as touching.
+        "crossing_angle": new.angle_deg < cfg.min_crossing_angle,
+        # A strand that turns by beta beside a crossing at angle theta leaves the wrong way only about
+        # theta - beta more crooked than its own (creation.md, "Bends beside a crossing").
+        "crossing_bend": new.bend_deg > cfg.max_crossing_bend * new.angle_deg,
+        "crossing_separation": crowded,
+        "same_pair_separation": (same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))).any(axis=1),
+    }
+
+
+def first_broken(faults: dict[str, np.ndarray]) -> str | None:
+    """The first rule any row breaks, or None."""
+    return next((rule for rule, broken in faults.items() if broken.any()), None)
 
 
 def curl_too_small(reach_px: np.ndarray, cfg: Config) -> bool:
@@ -1080,24 +1084,6 @@ def curl_too_small(reach_px: np.ndarray, cfg: Config) -> bool:
 def runs_too_long(runs_px: np.ndarray, cfg: Config) -> bool:
     """Whether two strands run side by side, within parallel_gap, for longer than max_parallel_run."""
     return bool(np.any(runs_px > cfg.max_parallel_run))
-
-
-def outside_margin(points: np.ndarray, cfg: Config) -> bool:
-    """Whether any point lies in the ink-free border of interior_margin along the canvas edges."""
-    return bool(np.any(points < cfg.interior_margin) or np.any(points > cfg.size - cfg.interior_margin))
-
-
-CROSSING_RULES = {  # rule -> whether crossings `new`, joining the crossings `old`, break it
-    "crossing_angle": lambda new, old, cfg: bool(np.any(too_shallow(new.angle_deg, cfg))),
-    "crossing_bend": lambda new, old, cfg: bool(np.any(bends_misleadingly(new.bend_deg, new.angle_deg, cfg))),
-    "crossing_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[0],
-    "same_pair_separation": lambda new, old, cfg: crossing_separation_faults(old + new, len(old), cfg)[1],
-}
-
-
-def crossing_rule_violation(new_crossings: Crossings, old_crossings: Crossings, cfg: Config) -> str | None:
-    """The first crossing rule the new crossings break, or None."""
-    return next((rule for rule, broken in CROSSING_RULES.items() if broken(new_crossings, old_crossings, cfg)), None)
 
 
 @dataclass(frozen=True)
@@ -1179,35 +1165,6 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
     return rows_where(point, close), rows_where(segment, close)
 
 
-def find_all_events(loops: list[np.ndarray], cfg: Config) -> tuple[Segments, Crossings, np.ndarray]:
-    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
-    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
-
-    segs = concat_segments([loop_segments(p, i, cfg.bend_window) for i, p in enumerate(loops)])
-    tree, longest = cKDTree(segs.mid), longest_segment(segs)
-
-    def pairs_within(radius: float) -> np.ndarray:
-        return separate_strand_pairs(segs, tree.query_pairs(radius, output_type="ndarray").astype(np.int64), cfg)
-
-    return segs, find_crossings(segs, pairs_within(longest)), find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg)
-
-
-def longest_parallel_run_px(loops: list[np.ndarray], cfg: Config) -> float:
-    """The longest stretch of a finished set of loops that runs beside another strand (for audits and tests)."""
-    segs, crossings, _ = find_all_events(loops, cfg)
-    return longest_run_in_tangle_px(segs, crossings, cfg)
-
-
-def longest_run_in_tangle_px(segs: Segments, crossings: Crossings, cfg: Config) -> float:
-    """longest_parallel_run_px over segments and crossings already found, all pairs at once."""
-    from scipy.spatial import cKDTree  # here, not at the top: only audits and tests call this
-
-    longest = longest_segment(segs)
-    found = cKDTree(segs.mid).query_pairs(cfg.parallel_gap + longest, output_type="ndarray").astype(np.int64)
-    runs = parallel_runs_px(separate_strand_pairs(segs, found, cfg), segs, crossings, cfg, longest)
-    return float(runs.max(initial=0.0))
-
-
 # ---------------------------------------------------------------------------
 # The sampler: how the answer N is decided, then loops placed one at a time
 
@@ -1244,12 +1201,11 @@ class Tangle:
     grid: SegmentGrid  # over segs
     crossings: Crossings
     longest: float  # longest_segment(segs)
-    crowding: np.ndarray  # (C,) crossing_crowding of the crossings, kept for the position screen
 
     @staticmethod
     def empty(cfg: Config) -> Tangle:
         segs = concat_segments([loop_segments(np.zeros((0, 2)), 0, cfg.bend_window)])
-        return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0, np.zeros(0, dtype=np.int64))
+        return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0)
 
     def crossing_room(self, shape: LoopShape) -> float:
         """How many more crossings between loops the shape's crossing_cap allows."""
@@ -1286,16 +1242,10 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
     else:
         between = label_crossings(new, tangle.segs, *screened)
-    if shape is not None:
-        # One piece: a loop floating apart is easy to count.
-        if tangle.loops and len(between) == 0:
-            return None, "disconnected"
-        if len(between) > tangle.crossing_room(shape):
-            return None, "crossing_budget"
-    # Most redraws fail on the angle of a crossing with an earlier loop; settle
-    # that before looking for self-crossings, which the same rule would reject anyway.
-    if np.any(too_shallow(between.angle_deg, cfg)):
-        return None, "crossing_angle"
+    if shape is not None and tangle.loops:
+        reason = first_broken(count_faults(np.array([len(between)]), tangle.crossing_room(shape)))
+        if reason is not None:
+            return None, reason
     segs = concat_segments([tangle.segs, new])
     offset = len(tangle.segs)
     new_tree = cKDTree(new.mid)
@@ -1309,7 +1259,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         return separate_strand_pairs(segs, found, cfg)
 
     crossings = between + find_crossings(segs, pairs_within_new(longest))
-    reason = crossing_rule_violation(crossings, tangle.crossings, cfg)
+    reason = first_broken(crossing_faults(crossings, tangle.crossings, cfg))
     if reason is not None:
         return None, reason
     curls = rows_where(np.arange(len(crossings)), crossings.is_self)
@@ -1325,8 +1275,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     if runs_too_long(parallel_runs_px(candidates, segs, crossings, cfg, longest), cfg):
         return None, "parallel"
     crossings = tangle.crossings + crossings
-    return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest,
-                  crossing_crowding(crossings.point, cfg)), None
+    return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest), None
 
 
 @dataclass(frozen=True)
@@ -1334,25 +1283,22 @@ class PlacementFaults:
     """What each of K translated copies of a loop does to the tangle, by the rules on crossings between loops."""
 
     crossings: np.ndarray  # (K,) crossings with the tangle
-    shallow: np.ndarray  # (K,) bool: some crossing under min_crossing_angle
-    bent: np.ndarray  # (K,) bool: some crossing where a strand bends misleadingly
-    crowded: np.ndarray  # (K,) bool: some crossing nearer another than min_crossing_separation
-    lens: np.ndarray  # (K,) bool: two crossings with the same loop nearer than same_pair_separation_px
+    crossing_rules: dict[str, np.ndarray]  # crossing_faults per copy, (K,) bool each; judged only within the budget
+
+    def broken(self, room: float) -> dict[str, np.ndarray]:
+        return {**count_faults(self.crossings, room), **self.crossing_rules}
 
     def allowed(self, room: float) -> np.ndarray:
-        return ((self.crossings >= 1) & (self.crossings <= room) & ~self.shallow & ~self.bent & ~self.crowded
-                & ~self.lens)
+        return ~np.any(list(self.broken(room).values()), axis=0)
 
     def reason(self, room: float) -> str:
         """The rule to blame when no copy passes: in RULES order, the first that all copies left break."""
-        passed = self.crossings >= 1
-        broken = {"disconnected": ~passed, "crossing_budget": self.crossings > room, "crossing_angle": self.shallow,
-                  "crossing_bend": self.bent, "crossing_separation": self.crowded}
-        for rule in (rule for rule in RULES if rule in broken):
-            if not np.any(passed & ~broken[rule]):
+        passed = np.ones(len(self.crossings), dtype=bool)
+        for rule, broken in self.broken(room).items():
+            if not np.any(passed & ~broken):
                 return rule
-            passed &= ~broken[rule]
-        return "same_pair_separation"
+            passed &= ~broken
+        return rule
 
 
 @dataclass(frozen=True)
@@ -1379,13 +1325,11 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
 
     bend_deg is the loop's strand_bend_deg, which moving it does not change.
 
-    The crossings are found as try_add_loop finds them. A crossing is
-    crowded if it is too near an existing crossing or another of the same
-    copy's, and makes a lens if a crossing with the same loop is too near
-    for its angle; try_add_loop still checks the copy's own self-crossings.
-    Only copies with 1 to room crossings are judged further: the others can
-    neither pass nor decide which rule PlacementFaults.reason blames, so their
-    other flags stay False.
+    The crossings are found as try_add_loop finds them and judged by the same
+    count_faults and crossing_faults; try_add_loop still checks the copy's own
+    self-crossings. Only copies within the count rules are judged further: the
+    others can neither pass nor decide which rule PlacementFaults.reason
+    blames, so their other flags stay False.
     """
     count, points = tries.shape[1], tries.reshape(-1, 2)
     ends = np.concatenate([tries[:, 1:], tries[:, :1]], axis=1).reshape(-1, 2)
@@ -1395,43 +1339,19 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
              rows_at(tangle.segs.end, theirs))
     hit = segments_cross(*pairs)
     crossings = np.bincount(rows_where(mine, hit) // count, minlength=len(tries))
-    hit &= rows_at((crossings >= 1) & (crossings <= room), mine // count)
+    hit &= rows_at(~np.any(list(count_faults(crossings, room).values()), axis=0), mine // count)
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
     row = rows_where(theirs, hit)
-    other = rows_at(tangle.segs.loop, row)
-    bent = bends_misleadingly(np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), angle, cfg)
-    old_gap = point_distances(point, tangle.crossings.point)  # (H, C)
+    # As label_crossings would label them: the new loop's id is above every old one, and it has no
+    # self-crossings here, so its arcs are not needed.
+    zeros = np.zeros(len(row))
+    found = Crossings(point, angle, rows_at(tangle.segs.loop, row), np.full(len(row), len(tangle.loops)), zeros,
+                      zeros, np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), zeros)
     # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
-    gap = gaps_between(point)  # (H, H)
-    same_copy = copy[:, None] == copy[None, :]
-    near_old = old_gap <= cfg.crossing_cluster_px  # (H, C)
-    # A new crossing with two others near, old or of the same copy, makes a cluster.
-    crowded = ((old_gap < cfg.min_crossing_separation).any(axis=1)
-               | (same_copy & (gap < cfg.min_crossing_separation)).any(axis=1)
-               | (near_old.sum(axis=1) + (same_copy & (gap <= cfg.crossing_cluster_px)).sum(axis=1) >= 2))
-    lens_gap = same_pair_separation_px(np.minimum(angle[:, None], angle[None, :]), cfg)
-    lens = (same_copy & (other[:, None] == other[None, :]) & (gap < lens_gap)).any(axis=1)
-
-    def per_copy(flags: np.ndarray) -> np.ndarray:
-        return np.bincount(rows_where(copy, flags), minlength=len(tries)) > 0
-
-    clustered = per_copy(crowded) | joins_old_clusters(copy, near_old, tangle.crowding, len(tries))
-    faults = PlacementFaults(crossings, per_copy(too_shallow(angle, cfg)), per_copy(bent), clustered,
-                             per_copy(lens))
-    return faults, CopyCrossings(copy, segment, row, point, angle)
-
-
-def joins_old_clusters(copy: np.ndarray, near_old: np.ndarray, crowding: np.ndarray, copies: int) -> np.ndarray:
-    """Per copy: whether it gives an old crossing a second neighbour within crossing_cluster_px.  (K,) bool
-
-    copy (H,) names each new crossing's copy, near_old (H, C) says which old crossings lie within reach,
-    and crowding (C,) how many neighbours each old one has already (at most one: the tangle holds no cluster).
-    """
-    rows, cols = np.nonzero(near_old)
-    old = len(crowding)
-    new_count = np.bincount(copy[rows] * old + cols, minlength=copies * old).reshape(copies, old)  # (K, C)
-    return ((new_count >= 1) & (crowding + new_count >= 2)).any(axis=1)
+    per_copy = {rule: np.bincount(rows_where(copy, broken), minlength=len(tries)) > 0
+                for rule, broken in crossing_faults(found, tangle.crossings, cfg, copy).items()}
+    return PlacementFaults(crossings, per_copy), CopyCrossings(copy, segment, row, point, angle)
 
 
 def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -1476,8 +1396,9 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
             chosen = int(np.argmax(allowed))
             return tries[chosen], hits.of(chosen), None
         batches.append(faults)
-    every = PlacementFaults(*(np.concatenate([getattr(f, field.name) for f in batches])
-                              for field in dataclasses.fields(PlacementFaults)))
+    every = PlacementFaults(np.concatenate([f.crossings for f in batches]),
+                            {rule: np.concatenate([f.crossing_rules[rule] for f in batches])
+                             for rule in batches[0].crossing_rules})
     return None, None, every.reason(room)
 
 
@@ -1820,8 +1741,6 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
-MAX_RECORD_BYTES = 1 << 16  # a record is under 1 KB: a larger file is damaged, and its sample redrawn
-MAX_SCENE_BYTES = 1 << 28  # far above any scene: a larger file is not read
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
 SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
@@ -1899,13 +1818,12 @@ def reject_constant(name: str):
     raise ValueError(f"{name} is not a number a record holds")
 
 
-def read_json(path: Path, limit: int = MAX_RECORD_BYTES):
-    """The JSON value in a regular file of at most limit bytes; None if absent, larger, or not JSON."""
+def read_json(path: Path):
+    """The JSON value in a regular file; None if absent or not JSON (UnicodeDecodeError is a ValueError)."""
     try:
         with open_regular(path) as file:
-            text = file.read(limit + 1)
-        return json.loads(text, parse_constant=reject_constant) if len(text) <= limit else None
-    except (FileNotFoundError, DatasetError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return json.loads(file.read(), parse_constant=reject_constant)
+    except (FileNotFoundError, DatasetError, ValueError, RecursionError):
         return None
 
 
@@ -1940,17 +1858,15 @@ def process_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's process
-        return True
+        pass
     return True
 
 
-def image_matches(path: Path, sha256, size: int) -> bool:
-    """Whether path is a regular file holding a PNG of at most size x size pixels with this pixel hash."""
+def image_matches(path: Path, sha256) -> bool:
+    """Whether path is a regular file holding a PNG with this pixel hash."""
     try:
-        with open_regular(path) as file, warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # the size check guards
-            with Image.open(file, formats=["PNG"]) as image:
-                return image.width * image.height <= size * size and pixel_sha256(image) == sha256
+        with open_regular(path) as file, Image.open(file, formats=["PNG"]) as image:
+            return pixel_sha256(image) == sha256
     except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
         return False
 
@@ -1971,7 +1887,7 @@ def same_value(found, expected) -> bool:
 
 def scene_matches(path: Path, record: dict) -> bool:
     """Whether path is a scene file naming the record's image, index and pixel hash."""
-    scene = read_json(path, MAX_SCENE_BYTES)
+    scene = read_json(path)
     return isinstance(scene, dict) and all(same_value(scene.get(key), record.get(key))
                                            for key in ("image", "index", "pixel_sha256"))
 
@@ -1981,7 +1897,7 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
     record = read_json(record_path(out_dir, index, cfg.n))
     if not (record_fits(cfg, record) and record["index"] == index):
         return None
-    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256"), cfg.size):
+    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
         return None
     return record
 
@@ -2042,14 +1958,11 @@ def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
-    """What a run file declares that this run's identity does not, in a few words ("seed 6, not 5")."""
+    """The first field a run file declares otherwise than this run's identity ("seed 6, not 5"), or None."""
     fields = {"generator_version": found.get("generator_version"), **found["config"]}
     wanted = {"generator_version": expected["generator_version"], **expected["config"]}
-    differences = [f"{key} {json.dumps(fields.get(key))[:40]}, not {json.dumps(value)}"
-                   for key, value in wanted.items() if not same_value(fields.get(key), value)]
-    differences += [f"{key} unknown here" for key in fields if key not in wanted]
-    more = f"; {len(differences) - 3} more" if len(differences) > 3 else ""
-    return "; ".join(differences[:3]) + more if differences else None
+    return next((f"{key} {json.dumps(fields.get(key))[:40]}, not {json.dumps(value)}" for key, value in wanted.items()
+                 if not same_value(fields.get(key), value)), None if fields.keys() == wanted.keys() else "unknown fields")
 
 
 def folder_dataset(cfg: Config, out_dir: Path) -> tuple[dict | None, str | None, bool]:
@@ -2099,7 +2012,7 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
             overlay = out_dir / REVIEW_DIR / "overlays" / name
             if png_tag(overlay) == sha:
                 remove(overlay)
-            if image_matches(out_dir / image, sha, MAX_SIZE_PX):
+            if image_matches(out_dir / image, sha):
                 remove(out_dir / image)
         path.unlink()
     sheet = out_dir / REVIEW_DIR / CONTACT_SHEET_FILE
@@ -2114,25 +2027,10 @@ def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
                            f"{shard.k}/{shard.m}: give every shard the same M")
 
 
-def claim_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, lock) -> None:
-    """Make out_dir this dataset's: another is refused, or with --overwrite removed while lock is held alone."""
-    found, refusal, replace = folder_dataset(cfg, out_dir)
-    if refusal is not None and not overwrite:
-        raise DatasetError(refusal)
-    if replace:
-        if not flock(lock, exclusive=True):
-            raise LiveRun(out_dir)
-        remove_replaced_dataset(out_dir, found)
-        found = None
-    check_split(found, shard, out_dir)
-    if found is None or (shard != WHOLE_RUN and "shards" not in found):
-        run = {**identity(cfg), **({"shards": shard.m} if shard != WHOLE_RUN else {})}
-        write_atomic(state_path(out_dir, RUN_FILE), lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir)
-
-
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir: checked before anything is written, made, locked, claimed; temporaries of dead runs removed.
+    """Hold out_dir: checked before anything is written, made, locked, claimed (another dataset refused, or
+    with --overwrite removed while the lock is held alone); temporaries of dead runs removed.
 
     The lock is shared by shard runs and held alone by whole runs, merges and --overwrite; shard runs set
     the folder up one at a time (setup), so that one may take the lock alone to replace a run file.
@@ -2151,7 +2049,20 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
                 raise LiveRun(out_dir)
             if not flock(lock, exclusive=shard == WHOLE_RUN or overwrite):
                 raise LiveRun(out_dir)
-            claim_folder(cfg, out_dir, shard, overwrite, lock)
+            # Read again under the lock: another run may have claimed the folder meanwhile.
+            found, refusal, replace = folder_dataset(cfg, out_dir)
+            if refusal is not None and not overwrite:
+                raise DatasetError(refusal)
+            if replace:
+                if not flock(lock, exclusive=True):
+                    raise LiveRun(out_dir)
+                remove_replaced_dataset(out_dir, found)
+                found = None
+            check_split(found, shard, out_dir)
+            if found is None or (shard != WHOLE_RUN and "shards" not in found):
+                run = {**identity(cfg), **({"shards": shard.m} if shard != WHOLE_RUN else {})}
+                write_atomic(state_path(out_dir, RUN_FILE), lambda tmp: tmp.write_text(json.dumps(run) + "\n"),
+                             out_dir)
             remove_dead_temporaries(out_dir)
             if shard != WHOLE_RUN:
                 if not flock(lock, exclusive=False):  # back to shared, if it was taken alone to replace a dataset
@@ -2276,18 +2187,6 @@ def dataset_header(cfg: Config, histogram: Counter) -> dict:
     }
 
 
-def write_document(path: Path, cfg: Config, records: Callable[[], Iterable[dict]]) -> None:
-    """data.json as json.dumps({**dataset_header(...), "samples": [...]}, indent=1) spells it, one sample
-    at a time: records() is called twice (answers for the header, then the samples), so memory stays flat."""
-    histogram = Counter(record["answer"] for record in records())
-    head = json.dumps({**dataset_header(cfg, histogram), "samples": []}, ensure_ascii=False, indent=1)
-    empty_list = '[]\n}'  # how the head ends: the samples go in its place
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(head[:-len(empty_list)])
-        for i, record in enumerate(records()):
-            sample = json.dumps(record, ensure_ascii=False, indent=1).replace("\n", "\n  ")
-            out.write(("[\n  " if i == 0 else ",\n  ") + sample)
-        out.write("\n ]\n}\n" if histogram else empty_list + "\n")
 
 
 # -- Drawing and collecting
@@ -2340,19 +2239,14 @@ def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> Data
 
 def collect(cfg: Config, out_dir: Path) -> None:
     """Write annotations.jsonl and data.json from the record files, in index order."""
-    def records() -> Iterator[dict]:
-        for index in range(cfg.n):
-            record = finished_record(cfg, out_dir, index, check_image=False)
-            if record is None:  # removed or edited since it was checked
-                raise missing_samples(cfg, [index], None)
-            yield record
-
-    def write_jsonl(tmp: Path) -> None:
-        with open(tmp, "w", encoding="utf-8") as out:
-            out.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in records())
-
-    write_atomic(out_dir / ANNOTATIONS_FILE, write_jsonl, out_dir)
-    write_atomic(out_dir / DATA_FILE, lambda tmp: write_document(tmp, cfg, records), out_dir)
+    records = [finished_record(cfg, out_dir, index, check_image=False) for index in range(cfg.n)]
+    if None in records:  # removed or edited since it was checked
+        raise missing_samples(cfg, [records.index(None)], None)
+    lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+    header = dataset_header(cfg, Counter(record["answer"] for record in records))
+    document = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
+    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: tmp.write_text(lines, encoding="utf-8"), out_dir)
+    write_atomic(out_dir / DATA_FILE, lambda tmp: tmp.write_text(document, encoding="utf-8"), out_dir)
 
 
 def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:

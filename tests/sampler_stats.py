@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import creation  # noqa: E402
-from tangle_check import tangle_violations  # noqa: E402
+from tangle_check import find_all_events, tangle_violations  # noqa: E402
 
 RULES = ["curvature", "interior_margin", "disconnected", "crossing_budget", "crossing_angle", "crossing_bend",
          "crossing_separation", "same_pair_separation", "curl_size", "min_gap", "parallel", "restart"]
@@ -54,7 +54,7 @@ def whole_sample(cfg, rng, num_loops, budget):
 
 
 def summarise(loops, cfg):
-    _, crossings, _ = creation.find_all_events(loops, cfg)
+    _, crossings, _ = find_all_events(loops, cfg)
     centres = np.array([p.mean(axis=0) for p in loops])
     spread = np.linalg.norm(centres - centres.mean(axis=0), axis=1).mean()
     perimeter = sum(np.linalg.norm(np.roll(p, -1, axis=0) - p, axis=1).sum() for p in loops)

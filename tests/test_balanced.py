@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import creation
-from tangle_check import tangle_violations
+from tangle_check import find_all_events, tangle_violations
 from creation import Config
 
 BALANCED = Config(n=1, seed=3)
@@ -112,7 +112,7 @@ def test_a_curl_crosses_its_loop_once_and_steeply(seed):
     rng = np.random.default_rng(seed)
     shape = creation.LoopShape(perimeter=1500.0, waypoints=12, wiggle=0.0, curls=1, crossing_cap=10.0)
     points, curvature_radius = creation.balanced_loop(shape, BALANCED, rng)
-    _, crossings, _ = creation.find_all_events([points + 512], BALANCED)
+    _, crossings, _ = find_all_events([points + 512], BALANCED)
     assert crossings.is_self.sum() == 1
     assert crossings.angle_deg.min() >= 30
     assert curvature_radius.min() >= BALANCED.min_curvature_radius
@@ -163,7 +163,7 @@ def test_a_nested_curl_crosses_its_loop_once_more_and_steeply():
     self_crossings, angles = [], []
     for seed in range(20):
         (points, curvature_radius), _ = nested_and_plain_curl(seed)
-        crossings = creation.find_all_events([points], BALANCED)[1]
+        crossings = find_all_events([points], BALANCED)[1]
         self_crossings.append(int(crossings.is_self.sum()))
         angles.append(crossings.angle_deg.min())
         assert curvature_radius.min() >= BALANCED.min_curvature_radius
@@ -276,7 +276,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
     curl_free = dataclasses.replace(shape, curls=0)
     while True:  # a loop that does not cross itself, so every crossing rule it can break is about other loops
         loop, _ = creation.draw_loop(BALANCED, rng, curl_free)
-        if loop is not None and not creation.find_all_events([loop], BALANCED)[1].is_self.any():
+        if loop is not None and not find_all_events([loop], BALANCED)[1].is_self.any():
             break
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
@@ -301,7 +301,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
 def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_accepts(index):
     partial, shape = partial_tangle(index)
     loop = drawn_loop(dataclasses.replace(shape, curls=max(shape.curls, 1)), index)
-    assert creation.find_all_events([loop], BALANCED)[1].is_self.any()
+    assert find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
     allowed = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)[0].allowed(room)
@@ -381,8 +381,9 @@ def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
 ])
 def test_a_shape_that_fits_nowhere_is_blamed_on_the_first_rule_its_positions_all_break(crossings, shallow, bent,
                                                                                         crowded, lens, rule):
-    faults = creation.PlacementFaults(np.array(crossings),
-                                      *(np.array(f, dtype=bool) for f in (shallow, bent, crowded, lens)))
+    rules = ("crossing_angle", "crossing_bend", "crossing_separation", "same_pair_separation")
+    faults = creation.PlacementFaults(np.array(crossings), {rule: np.array(f, dtype=bool) for rule, f in
+                                                            zip(rules, (shallow, bent, crowded, lens))})
     assert not faults.allowed(room=5).any()
     assert faults.reason(room=5) == rule
 

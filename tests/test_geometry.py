@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import creation
 from creation import Config
-from tangle_check import tangle_violations
+from tangle_check import find_all_events, longest_parallel_run_px, separation_faults, tangle_violations
 
 CFG = Config()
 # A small world so property tests can draw many samples quickly.
@@ -30,7 +30,7 @@ def figure_eight(count, phase=0.0, scale=200.0):
 
 
 def test_circle_has_no_crossing_and_breaks_no_rule():
-    _, crossings, _ = creation.find_all_events([circle(512, 512, 200)], CFG)
+    _, crossings, _ = find_all_events([circle(512, 512, 200)], CFG)
     assert len(crossings) == 0
     assert tangle_violations([circle(512, 512, 200)], CFG) == []
 
@@ -41,7 +41,7 @@ def test_circle_has_no_crossing_and_breaks_no_rule():
     (900, 0.0013),  # the crossing falls inside a segment of each strand
 ])
 def test_figure_eight_has_exactly_one_self_crossing(count, phase):
-    _, crossings, _ = creation.find_all_events([figure_eight(count, phase)], CFG)
+    _, crossings, _ = find_all_events([figure_eight(count, phase)], CFG)
     assert len(crossings) == 1
     assert crossings.is_self[0]
     np.testing.assert_allclose(crossings.point[0], [512, 512], atol=0.5)
@@ -53,7 +53,7 @@ def test_exact_vertex_crossing_of_two_loops_counts_once_per_point():
     # Two circles through common vertices: the crossings land on vertices of both.
     a = circle(512, 512, 150, count=720)
     b = circle(662, 512, 150, count=720, phase=np.pi)  # shares the two points at x = 587
-    _, crossings, _ = creation.find_all_events([a, b], CFG)
+    _, crossings, _ = find_all_events([a, b], CFG)
     assert len(crossings) == 2
     assert abs(crossings.point[0, 1] - crossings.point[1, 1]) == pytest.approx(2 * 150 * np.sin(np.pi / 3), abs=1)
 
@@ -73,7 +73,7 @@ def test_touching_loops_are_rejected():
 def test_shallow_crossings_are_rejected(offset_px, shallow):
     # Two r=200 rings with centres d apart cross at the acute angle arccos|1 - d^2 / 2r^2|: 23 or 77 degrees.
     loops = [circle(312, 512, 200), circle(312 + offset_px, 512, 200)]
-    _, crossings, _ = creation.find_all_events(loops, CFG)
+    _, crossings, _ = find_all_events(loops, CFG)
     assert len(crossings) == 2
     assert ("crossing_angle" in tangle_violations(loops, CFG)) == shallow
 
@@ -81,7 +81,7 @@ def test_shallow_crossings_are_rejected(offset_px, shallow):
 def test_two_crossings_of_one_pair_closer_than_30px_are_rejected():
     # A small ring centred on a big ring crosses it twice about 2 * 12 px apart.
     loops = [circle(512, 512, 200), circle(712, 512, 12)]
-    _, crossings, _ = creation.find_all_events(loops, CFG)
+    _, crossings, _ = find_all_events(loops, CFG)
     assert len(crossings) == 2
     assert "same_pair_separation" in tangle_violations(loops, CFG)
 
@@ -110,8 +110,8 @@ def test_two_self_crossings_bound_an_eye_only_when_short_arcs_join_them(arcs, ey
     dist = np.full((1, 2), 80.0)
     assert creation.joined_by_short_arcs(crossings, slice(1, None), dist)[0, 0] == eye
     # Below wide_lens_angle an eye must be parallel_gap wide: 85 px apart at 40 degrees; two curls, 51 px.
-    assert creation.crossing_separation_faults(crossings, 1, CFG) == (False, eye)
-    assert creation.crossing_separation_faults(crossings, 1, Config(wide_lens_angle=0)) == (False, False)
+    assert separation_faults(crossings, 1, CFG) == (False, eye)
+    assert separation_faults(crossings, 1, Config(wide_lens_angle=0)) == (False, False)
 
 
 def test_two_crossings_of_two_loops_bound_an_eye_beside_a_self_crossing():
@@ -119,7 +119,7 @@ def test_two_crossings_of_two_loops_bound_an_eye_beside_a_self_crossing():
     # loop 0 is among the new crossings. Two loops' crossings always count as an eye.
     crossings = crossings_of([(0, 300), (500, 500), (580, 500)], [(0, 0), (1, 2), (1, 2)],
                              [(100, 300), (100, 600), (500, 900)], angle_deg=40.0)
-    assert creation.crossing_separation_faults(crossings, 0, CFG) == (False, True)
+    assert separation_faults(crossings, 0, CFG) == (False, True)
 
 
 @pytest.mark.parametrize("small_radius, angle_deg, lens_px, rejected", [
@@ -137,7 +137,7 @@ def test_a_thin_lens_between_two_crossings_is_rejected(small_radius, angle_deg, 
     d = np.sqrt(r1**2 + small_radius**2 - 2 * r1 * small_radius * np.cos(alpha))
     assert small_radius + d - r1 == pytest.approx(lens_px, abs=0.1)
     loops = [circle(512, 600, r1), circle(512, 600 - d, small_radius)]
-    _, crossings, _ = creation.find_all_events(loops, CFG)
+    _, crossings, _ = find_all_events(loops, CFG)
     assert len(crossings) == 2 and np.linalg.norm(crossings.point[0] - crossings.point[1]) > 30
     assert crossings.angle_deg == pytest.approx([angle_deg] * 2, abs=0.5)
     assert tangle_violations(loops, CFG) == (["same_pair_separation"] if rejected else [])
@@ -160,7 +160,7 @@ def test_three_strands_through_nearly_one_point_are_rejected():
 ])
 def test_a_crossing_may_have_one_other_within_the_cluster_radius(old, new, clustered):
     crossings = crossings_at(*old, *new)
-    too_close, same_pair_close = creation.crossing_separation_faults(crossings, len(old), CFG)
+    too_close, same_pair_close = separation_faults(crossings, len(old), CFG)
     assert (too_close, same_pair_close) == (clustered, False)
 
 
@@ -192,7 +192,7 @@ def test_a_near_tangent_approach_is_a_parallel_stretch(gap_px, broken, counts):
     # Such an approach reads as a fork where a person tracing one loop may switch to the other.
     # The left ring's stretch wraps past its first point; the rings need not have as many points.
     loops = [circle(312, 512, 200, counts[0]), circle(712 + gap_px, 512, 200, counts[1])]
-    run = creation.longest_parallel_run_px(loops, CFG)
+    run = longest_parallel_run_px(loops, CFG)
     # A run is whole segments, so either end may be out by about a segment of the coarser ring.
     assert run == pytest.approx(2 * np.sqrt((15 - gap_px) * 200), abs=2.5 * 2 * np.pi * 200 / min(counts))
     assert tangle_violations(loops, CFG) == (["parallel"] if broken else [])
@@ -242,7 +242,7 @@ def test_longest_runs_match_a_brute_force_count_on_loops_of_different_lengths(da
 def test_strands_near_a_shallow_crossing_are_not_a_parallel_stretch():
     # Rings crossing at 36 degrees stay within 15 px for about 50 px round each crossing.
     loops = [circle(312, 512, 200), circle(692, 512, 200)]
-    _, crossings, _ = creation.find_all_events(loops, CFG)
+    _, crossings, _ = find_all_events(loops, CFG)
     assert crossings.angle_deg.min() < 40
     assert tangle_violations(loops, CFG) == []
 
@@ -278,7 +278,7 @@ def test_a_crossing_on_a_sharp_corner_is_rejected_and_one_beside_it_is_not():
     square = rounded_square(400, 400, 150, 12)
     corner = np.array([538 + 12 / np.sqrt(2), 262 - 12 / np.sqrt(2)])
     through_corner = circle(*(corner + 150 / np.sqrt(2)), 150)
-    _, crossings, _ = creation.find_all_events([square, through_corner], CFG)
+    _, crossings, _ = find_all_events([square, through_corner], CFG)
     at_corner = np.argmin(np.linalg.norm(crossings.point - corner, axis=1))
     assert crossings.angle_deg[at_corner] == pytest.approx(90, abs=2)
     assert crossings.bend_deg[at_corner] == pytest.approx(90, abs=10)  # the 20 px window holds most of the corner
@@ -309,7 +309,7 @@ def test_a_strand_that_keeps_its_curvature_through_a_crossing_is_not_held_to_the
     r1, r2, alpha = 250.0, 35.0, np.radians(55)
     d = np.sqrt(r1**2 + r2**2 - 2 * r1 * r2 * np.cos(alpha))
     loops = [circle(512, 600, r1), circle(512, 600 - d, r2)]
-    _, crossings, _ = creation.find_all_events(loops, CFG)
+    _, crossings, _ = find_all_events(loops, CFG)
     assert np.degrees(20 / r2) > CFG.max_crossing_bend * crossings.angle_deg.max()
     assert crossings.bend_deg.max() < 3
     assert tangle_violations(loops, CFG) == []
@@ -318,7 +318,7 @@ def test_a_strand_that_keeps_its_curvature_through_a_crossing_is_not_held_to_the
 @pytest.mark.parametrize("inner_px, too_small", [(45.0, True), (90.0, False)])
 def test_a_curl_must_reach_min_curl_px(inner_px, too_small):
     loop = limacon(inner_px)
-    segs, crossings, _ = creation.find_all_events([loop], CFG)
+    segs, crossings, _ = find_all_events([loop], CFG)
     assert crossings.is_self.sum() == 1
     assert creation.lobe_reach_px(segs, crossings) == pytest.approx(inner_px, abs=1.5)
     assert ("curl_size" in tangle_violations([loop], CFG)) == too_small
@@ -491,7 +491,7 @@ def test_incremental_crossings_match_a_whole_tangle_search():
     cfg = Config(n=40, seed=3)
     rng = creation.sample_rng(cfg, 5)
     tangle, _ = creation.sample_tangle(cfg, rng, 9, 5)
-    _, whole, _ = creation.find_all_events(list(tangle.loops), cfg)
+    _, whole, _ = find_all_events(list(tangle.loops), cfg)
     assert len(whole) > 9
 
     def rows(crossings):
@@ -599,7 +599,7 @@ def test_the_parallel_check_does_not_depend_on_the_order_of_a_pair():
     cfg = Config(**{**SMALL.__dict__, "seed": 210})
     loops = sample_loops(cfg, 1)
     assert tangle_violations(loops, cfg) == []
-    assert creation.longest_parallel_run_px(loops, cfg) <= cfg.max_parallel_run
+    assert longest_parallel_run_px(loops, cfg) <= cfg.max_parallel_run
 
 
 @pytest.mark.slow

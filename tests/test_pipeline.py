@@ -4,7 +4,6 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -259,17 +258,6 @@ def test_canvas_noise_is_rounded_gaussian_on_bare_and_inked_pixels():
     assert len(solid) > 10_000
     assert abs(solid.mean() - creation.INK_TONE) < 0.1
     assert abs(solid.std() - creation.NOISE_SIGMA_TONE) < 0.1
-
-
-@pytest.mark.parametrize("count", [0, 1, 3])
-def test_data_json_is_written_sample_by_sample_exactly_as_one_dump(tmp_path, count):
-    cfg = creation.Config(n=max(count, 1), seed=4)
-    records = [{"image": f"images/x_{i}.png", "answer": 5 + i, "note": "naïve — \"quoted\"\nline", "nested": [1, {"a": None}]}
-               for i in range(count)]
-    creation.write_document(tmp_path / "data.json", cfg, lambda: iter(records))
-    header = creation.dataset_header(cfg, Counter(r["answer"] for r in records))
-    expected = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
-    assert (tmp_path / "data.json").read_text(encoding="utf-8") == expected
 
 
 def test_a_negative_zero_flag_is_zero(tmp_path):

@@ -489,7 +489,7 @@ def records_alive():
 INDEX_OF_CALL = {  # a function each stage calls once per sample, and how to read the sample's index from its arguments
     "generate": ("make_sample", lambda cfg, index: index),
     "merge": ("check_sample", lambda job: job[1]),
-    "repeat": ("image_matches", lambda path, sha256, size: int(path.stem.rsplit("_", 1)[1])),
+    "repeat": ("image_matches", lambda path, sha256: int(path.stem.rsplit("_", 1)[1])),
 }
 
 
@@ -717,7 +717,7 @@ def test_a_different_dataset_is_told_by_what_differs(tmp_path, monkeypatch, caps
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
     assert creation.main(["--n", "4", "--seed", "1", "--out", str(tmp_path), "--quiet", "--workers", "1"]) == 0
     assert creation.main(["--n", "4", "--seed", "2", "--stroke-width", "4", "--out", str(tmp_path), "--quiet"]) == 2
-    assert "holds a different dataset (seed 1, not 2; stroke_width 3.0, not 4.0)" in capsys.readouterr().err
+    assert "holds a different dataset (seed 1, not 2);" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, text", [("data.json", "[1, 2, 3]"), ("data.json", "not json"),
