@@ -41,7 +41,6 @@ import signal
 import stat
 import sys
 import threading
-import time
 import zlib
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -1742,7 +1741,6 @@ STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
-SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
 # Making --out failed because of the path itself (too long, read-only, not a folder, forbidden, missing).
 BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT,
@@ -1827,39 +1825,24 @@ def read_json(path: Path):
         return None
 
 
-def write_atomic(path: Path, write, out_dir: Path) -> None:
-    """Write path through tmp/<pid>/ and rename it into place: a file is whole or absent. Errors name path alone."""
+def write_atomic(path: Path, write, out_dir: Path, replace: bool = True) -> None:
+    """Write path through tmp/<pid>/ and rename it into place: a file is whole or absent. Errors name path alone.
+    Without replace, an existing path is kept (FileExistsError)."""
     folder = state_path(out_dir, "tmp", str(os.getpid()))
     tmp = folder / path.name
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp.unlink(missing_ok=True)
         write(tmp)
-        os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
+        if replace:
+            os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
+        else:
+            os.link(tmp, path)
+            tmp.unlink()
     except OSError as error:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise OSError(error.errno, error.strerror, str(path)) from None
-
-
-def remove_dead_temporaries(out_dir: Path) -> None:
-    """Delete the temporary folders of processes that are gone (this one's too, once it calls this last)."""
-    root = state_path(out_dir, "tmp")
-    for folder in root.glob("*") if root.is_dir() and not root.is_symlink() else ():
-        if folder.name.isdigit() and (int(folder.name) == os.getpid() or not process_alive(int(folder.name))):
-            shutil.rmtree(folder, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        root.rmdir()  # stays while another run writes through it
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True
 
 
 def image_matches(path: Path, sha256) -> bool:
@@ -1942,19 +1925,15 @@ def make_output_folder(out_dir: Path) -> None:
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
 
 
-def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
-    """Lock an open file, shared or alone, polling up to wait_s seconds; whether it was taken."""
+def flock(file, exclusive: bool) -> bool:
+    """Lock an open file, shared or alone, without waiting; whether it was taken (a change of mode may drop it)."""
     if fcntl is None:  # no such locks on Windows: runs go unguarded
         return True
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+    try:
+        fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
@@ -2029,48 +2008,44 @@ def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
 
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir: checked before anything is written, made, locked, claimed (another dataset refused, or
-    with --overwrite removed while the lock is held alone); temporaries of dead runs removed.
-
-    The lock is shared by shard runs and held alone by whole runs, merges and --overwrite; shard runs set
-    the folder up one at a time (setup), so that one may take the lock alone to replace a run file.
-    """
+    """Hold out_dir: checked before anything is written, made, locked and claimed (another dataset refused, or
+    with --overwrite removed while the lock is held alone). The lock is shared by shard runs of one dataset and
+    held alone by whole runs, merges and --overwrite; whichever run ends alone removes every run's temporaries."""
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
     check_split(None if replace else found, shard, out_dir)
     make_output_folder(out_dir)
-    flags = os.O_WRONLY | os.O_CREAT
-    with open_regular(state_path(out_dir, "lock"), flags, "wb") as lock, \
-            open_regular(state_path(out_dir, "setup"), flags, "wb") as setup:
+    alone = shard == WHOLE_RUN or overwrite
+    run = {**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})}
+    run_path = state_path(out_dir, RUN_FILE)
+    with open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb") as lock:
         try:
-            if shard != WHOLE_RUN and not flock(setup, exclusive=True, wait_s=SETUP_WAIT_S):
+            if not flock(lock, exclusive=alone):
                 raise LiveRun(out_dir)
-            if not flock(lock, exclusive=shard == WHOLE_RUN or overwrite):
-                raise LiveRun(out_dir)
-            # Read again under the lock: another run may have claimed the folder meanwhile.
-            found, refusal, replace = folder_dataset(cfg, out_dir)
-            if refusal is not None and not overwrite:
-                raise DatasetError(refusal)
-            if replace:
-                if not flock(lock, exclusive=True):
+            for _ in range(2):  # read again under the lock: another run may have claimed the folder meanwhile
+                found, refusal, replace = folder_dataset(cfg, out_dir)
+                if refusal is not None and not overwrite:
+                    raise DatasetError(refusal)
+                check_split(None if replace else found, shard, out_dir)
+                if found is not None and not replace and (shard == WHOLE_RUN or "shards" in found):
+                    break
+                if found is None and not replace:  # a new folder: the first of shard runs started together writes
+                    with contextlib.suppress(FileExistsError):
+                        write_atomic(run_path, lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir, False)
+                    continue
+                if not flock(lock, exclusive=True):  # a run file replaced while no other run holds the folder
                     raise LiveRun(out_dir)
-                remove_replaced_dataset(out_dir, found)
-                found = None
-            check_split(found, shard, out_dir)
-            if found is None or (shard != WHOLE_RUN and "shards" not in found):
-                run = {**identity(cfg), **({"shards": shard.m} if shard != WHOLE_RUN else {})}
-                write_atomic(state_path(out_dir, RUN_FILE), lambda tmp: tmp.write_text(json.dumps(run) + "\n"),
-                             out_dir)
-            remove_dead_temporaries(out_dir)
-            if shard != WHOLE_RUN:
-                if not flock(lock, exclusive=False):  # back to shared, if it was taken alone to replace a dataset
+                if replace:
+                    remove_replaced_dataset(out_dir, found)
+                write_atomic(run_path, lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir)
+                if not flock(lock, exclusive=alone):  # back to shared, for a shard run
                     raise LiveRun(out_dir)
-                setup.close()  # releases its lock: the next shard run may set up
             yield
         finally:
-            remove_dead_temporaries(out_dir)
+            if flock(lock, exclusive=True):  # no other run writes here now
+                shutil.rmtree(state_path(out_dir, "tmp"), ignore_errors=True)
 
 
 # -- Workers and the dataset files
@@ -2237,8 +2212,9 @@ def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> Data
     return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}{more_shards}: {shown}{more}")
 
 
-def collect(cfg: Config, out_dir: Path) -> None:
-    """Write annotations.jsonl and data.json from the record files, in index order."""
+def collect(cfg: Config, out_dir: Path, contact_sheet: int = 0) -> None:
+    """Write annotations.jsonl and data.json from the record files, in index order, and the contact sheet of
+    the first contact_sheet images, each captioned with its index and answer."""
     records = [finished_record(cfg, out_dir, index, check_image=False) for index in range(cfg.n)]
     if None in records:  # removed or edited since it was checked
         raise missing_samples(cfg, [records.index(None)], None)
@@ -2247,25 +2223,21 @@ def collect(cfg: Config, out_dir: Path) -> None:
     document = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
     write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: tmp.write_text(lines, encoding="utf-8"), out_dir)
     write_atomic(out_dir / DATA_FILE, lambda tmp: tmp.write_text(document, encoding="utf-8"), out_dir)
-
-
-def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
-    """The first count images of the dataset in one grid, each captioned with its index and answer."""
-    with open_regular(out_dir / ANNOTATIONS_FILE, mode="r", encoding="utf-8") as rows:
-        records = [json.loads(line) for line in itertools.islice(rows, count)]
-    thumbnails = []
-    for record in records:
-        with Image.open(out_dir / record["image"]) as image:
-            thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
-    captions = [f"#{r['index']}  answer {r['answer']}" for r in records]
-    sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(records))))
-    (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
-    write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
-                 lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
+    if contact_sheet:
+        shown, thumbnails = records[:contact_sheet], []
+        for record in shown:
+            with Image.open(out_dir / record["image"]) as image:
+                thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
+        captions = [f"#{r['index']}  answer {r['answer']}" for r in shown]
+        sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(shown))))
+        (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
+        write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
+                     lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
 
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
-                     overwrite: bool = False, overlays: bool = False, scenes: bool = False) -> int:
+                     overwrite: bool = False, overlays: bool = False, scenes: bool = False, contact_sheet: int = 0
+                     ) -> int:
     """Keep every finished sample of the shard and draw the rest (a whole run then collects); how many were drawn."""
     with claimed_folder(cfg, out_dir, shard, overwrite):
         if overlays:
@@ -2277,12 +2249,12 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         with contextlib.closing(run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)) as results:
             drawn = sum(results)  # closing stops the pool's workers before their temporaries are removed
         if shard == WHOLE_RUN:
-            collect(cfg, out_dir)
+            collect(cfg, out_dir, contact_sheet)
         return drawn
 
 
 def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
-                 overwrite: bool = False) -> None:
+                 contact_sheet: int = 0) -> None:
     """Check every sample (and scene) the shard runs made, then write the files one run would have written."""
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
@@ -2302,7 +2274,7 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, 
         if bad_scenes:
             raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
                                f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
-        collect(cfg, out_dir)
+        collect(cfg, out_dir, contact_sheet)
 
 
 # ---------------------------------------------------------------------------
@@ -2449,16 +2421,14 @@ def run(args: argparse.Namespace, cfg: Config) -> str:
     shard = args.shard or WHOLE_RUN
     count = len(shard.indices(cfg.n))
     if args.merge:
-        merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes)
+        merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.contact_sheet)
         done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
     else:
         drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
-                                 args.scenes)
+                                 args.scenes, args.contact_sheet)
         files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
         done = (f"drew {count} images{files}" if drawn == count
                 else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
-    if args.contact_sheet:
-        write_contact_sheet(cfg, args.out, min(args.contact_sheet, count))
     return done
 
 
