@@ -223,30 +223,23 @@ class Config:
     max_waypoints: int = knob(10, "with --original-shapes: most spline waypoints per loop", "loops")
     angle_jitter: float = knob(0.42, "waypoint angle jitter, rad, capped to keep the waypoints in ring order", "loops")
     radius_jitter: float = knob(0.32, "with --original-shapes: waypoint radius jitter, fraction of the mean radius", "loops")
-    points_per_loop: int = knob(900, "points drawn per loop with --original-shapes; by default, points on a loop "
-                                "of the longest budgeted length (2,600 px on a 1024 px canvas), shorter loops "
-                                "getting fewer in proportion (at least 64); bends are checked at this many "
-                                "spline parameters on every loop", "loops")
+    points_per_loop: int = knob(900, "points on a loop of the longest budgeted length (every loop with "
+                                "--original-shapes); bends are checked at this many spline parameters", "loops")
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
-    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px; at "
-                          "least the stroke width plus 3; at most an eighth of --size (of 1024 if smaller)",
+    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px",
                           "traceability rules")
-    parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
-                               "side, px; above --min-gap and at most an eighth of --size (of 1024 if smaller); "
-                               "0 turns this rule off, and with it the wide lens (then --min-gap wide)",
-                               "traceability rules")
+    parallel_gap: float = knob(15.0, "centre-line distance under which two strands run side by side, px; "
+                               "0 turns this rule off", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
                                    "away from their crossings, px", "traceability rules")
     min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
     min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", "traceability rules")
     min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
                                            "traceability rules")
-    wide_lens_angle: float = knob(50.0, "shallower crossing angle under which the eye between two crossings of "
-                                  "the same two loops (of one loop with itself, where short arcs join them) must "
-                                  "be --parallel-gap wide, not --min-gap, degrees; at or below "
-                                  "--min-crossing-angle (0, say) the rule is off", "traceability rules")
+    wide_lens_angle: float = knob(50.0, "crossing angle under which the eye between two crossings of the same "
+                                  "two loops must be --parallel-gap wide, not --min-gap, degrees", "traceability rules")
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
                                       "px: three closer together read as one blot", "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
@@ -1626,15 +1619,11 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text)
                        "move it away")
 
 
-def reject_constant(name: str):
-    raise ValueError(f"{name} is not a number a record holds")
-
-
 def read_json(path: Path):
     """The JSON value in a regular file; None if absent or not JSON (UnicodeDecodeError is a ValueError)."""
     try:
         with open_regular(path) as file:
-            return json.loads(file.read(), parse_constant=reject_constant)
+            return json.loads(file.read(), parse_constant=int)  # int("NaN") raises: not JSON
     except (FileNotFoundError, DatasetError, ValueError, RecursionError):
         return None
 
@@ -1962,22 +1951,6 @@ def command_number(value: float) -> str:
     return short if float(short) == value else repr(value)
 
 
-def dataset_header(cfg: Config, histogram: Counter) -> dict:
-    """Everything data.json says before its samples; histogram counts the samples' answers."""
-    return {
-        "task": TASK_NAME,
-        "generator_version": GENERATOR_VERSION,
-        "schema_version": SCHEMA_VERSION,
-        "command": canonical_command(cfg),
-        "config": dataclasses.asdict(cfg),
-        "question": QUESTION,
-        "num_samples": sum(histogram.values()),
-        "answer_histogram": {str(k): histogram[k] for k in sorted(histogram)},
-    }
-
-
-
-
 # -- Drawing and collecting
 
 
@@ -2033,7 +2006,10 @@ def collect(cfg: Config, out_dir: Path, contact_sheet: int = 0) -> None:
     if None in records:  # removed or edited since it was checked
         raise missing_samples(cfg, [records.index(None)], None)
     lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-    header = dataset_header(cfg, Counter(record["answer"] for record in records))
+    histogram = Counter(record["answer"] for record in records)
+    header = {"task": TASK_NAME, "generator_version": GENERATOR_VERSION, "schema_version": SCHEMA_VERSION,
+              "command": canonical_command(cfg), "config": dataclasses.asdict(cfg), "question": QUESTION,
+              "num_samples": len(records), "answer_histogram": {str(k): histogram[k] for k in sorted(histogram)}}
     document = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
     write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: tmp.write_text(lines, encoding="utf-8"), out_dir)
     write_atomic(out_dir / DATA_FILE, lambda tmp: tmp.write_text(document, encoding="utf-8"), out_dir)
@@ -2135,21 +2111,18 @@ def build_parser() -> OneLineParser:
     run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
                      help="output folder (default: the folder holding creation.py)")
     run.add_argument("--workers", type=int, default=usable_cores(),
-                     help=f"worker processes, at most {WORKERS_PER_CORE} per core this process may use; 1 runs "
-                          "without a pool (default: one per such core)")
+                     help="worker processes; 1 runs without a pool (default: one per usable core)")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no closing summary; errors still print")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")
     review = p.add_argument_group("extra outputs (outside images/, never part of the dataset files)")
     review.add_argument("--overlays", action="store_true",
-                        help="also write review/overlays/*.png: each loop in its own colour, crossings "
-                             "between loops ringed, a loop's crossings with itself boxed")
+                        help="also write review/overlays/*.png: each loop in its own colour, crossings marked")
     review.add_argument("--contact-sheet", type=int, default=0, metavar="K",
                         help="also write review/contact_sheet.png: the first K images with their answers (default 0: none)")
     review.add_argument("--scenes", action="store_true",
-                        help="Also write scenes/<image name>.json for every image: each loop's centre line as a "
-                             "closed polyline and every crossing, in the image's pixel coordinates. With --merge, "
-                             "check that every scene file is there and matches its record.")
+                        help="also write scenes/<image name>.json: loops and crossings in pixel coordinates "
+                             "(with --merge: check them)")
     scale = p.add_argument_group("sharding (runs on many machines)")
     scale.add_argument("--shard", type=parse_shard, metavar="K/M",
                        help="make only shard K of M (K = 0..M-1) into --out; when every shard is there, --merge")
@@ -2202,64 +2175,39 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def handed_over(argv: list[str]) -> str | None:
-    """The program of its own a command line is for: export for --export-hub or --export-vlmevalkit, scoring for
-    --evaluate and the flags only it takes (each also as the abbreviation argparse allows); None for a run."""
-    names = [arg.partition("=")[0] for arg in argv]
-    exports = ("--export-hub", "--export-vlmevalkit")
-    if any(len(name) > len("--export-") and any(target.startswith(name) for target in exports) for name in names):
-        return "export"
-    if any(name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and "--evaluate".startswith(name))
-           for name in names):
-        return "scoring"  # loads no numpy
-    return None
-
-
-@contextlib.contextmanager
-def stop_signals_handled() -> Iterator[None]:
-    """SIGTERM, and Ctrl-C unless a caller ignores it, stop the run through STOP_REQUEST. Handlers can be
-    set from the main thread alone: a harness calling main() from another keeps its own."""
-    STOP_REQUEST.stop = None
-    signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def run(args: argparse.Namespace, cfg: Config) -> str:
-    """Generate or merge as the flags say; what was done, in a few words."""
-    shard = args.shard or WHOLE_RUN
-    count = len(shard.indices(cfg.n))
-    if args.merge:
-        merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.contact_sheet)
-        done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
-    else:
-        drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
-                                 args.scenes, args.contact_sheet)
-        files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
-        done = (f"drew {count} images{files}" if drawn == count
-                else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
-    return done
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    program = handed_over(argv)
-    if program is not None:  # loaded only when asked for
-        return importlib.import_module(program).main(argv, prog="creation.py")
+    names = [arg.partition("=")[0] for arg in argv]  # each flag also as the abbreviation argparse allows
+    export = any(len(name) > len("--export-") and any(target.startswith(name) for target in
+                                                      ("--export-hub", "--export-vlmevalkit")) for name in names)
+    if export or any(name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and
+                                                                          "--evaluate".startswith(name))
+                     for name in names):  # programs of their own, loaded only when asked for (scoring: no numpy)
+        return importlib.import_module("export" if export else "scoring").main(argv, prog="creation.py")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         cfg = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
+    shard = args.shard or WHOLE_RUN
+    count = len(shard.indices(cfg.n))
+    # SIGTERM, and Ctrl-C unless a caller ignores it, stop the run through STOP_REQUEST. Handlers can be
+    # set from the main thread alone: a harness calling main() from another keeps its own.
+    STOP_REQUEST.stop = None
+    signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
     try:
-        with stop_signals_handled():
-            done = run(args, cfg)
+        if args.merge:
+            merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.contact_sheet)
+            done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
+        else:
+            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
+                                     args.scenes, args.contact_sheet)
+            files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
+            done = (f"drew {count} images{files}" if drawn == count
+                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
         how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
         print(f"creation.py: {how}; run the same command again to resume", file=sys.stderr)
@@ -2274,6 +2222,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
         return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0
