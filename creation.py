@@ -41,7 +41,6 @@ import signal
 import stat
 import sys
 import threading
-import time
 import zlib
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -224,30 +223,23 @@ class Config:
     max_waypoints: int = knob(10, "with --original-shapes: most spline waypoints per loop", "loops")
     angle_jitter: float = knob(0.42, "waypoint angle jitter, rad, capped to keep the waypoints in ring order", "loops")
     radius_jitter: float = knob(0.32, "with --original-shapes: waypoint radius jitter, fraction of the mean radius", "loops")
-    points_per_loop: int = knob(900, "points drawn per loop with --original-shapes; by default, points on a loop "
-                                "of the longest budgeted length (2,600 px on a 1024 px canvas), shorter loops "
-                                "getting fewer in proportion (at least 64); bends are checked at this many "
-                                "spline parameters on every loop", "loops")
+    points_per_loop: int = knob(900, "points on a loop of the longest budgeted length (every loop with "
+                                "--original-shapes); bends are checked at this many spline parameters", "loops")
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
-    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px; at "
-                          "least the stroke width plus 3; at most an eighth of --size (of 1024 if smaller)",
+    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px",
                           "traceability rules")
-    parallel_gap: float = knob(15.0, "centre-line distance under which two strands count as running side by "
-                               "side, px; above --min-gap and at most an eighth of --size (of 1024 if smaller); "
-                               "0 turns this rule off, and with it the wide lens (then --min-gap wide)",
-                               "traceability rules")
+    parallel_gap: float = knob(15.0, "centre-line distance under which two strands run side by side, px; "
+                               "0 turns this rule off", "traceability rules")
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
                                    "away from their crossings, px", "traceability rules")
     min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
     min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", "traceability rules")
     min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
                                            "traceability rules")
-    wide_lens_angle: float = knob(50.0, "shallower crossing angle under which the eye between two crossings of "
-                                  "the same two loops (of one loop with itself, where short arcs join them) must "
-                                  "be --parallel-gap wide, not --min-gap, degrees; at or below "
-                                  "--min-crossing-angle (0, say) the rule is off", "traceability rules")
+    wide_lens_angle: float = knob(50.0, "crossing angle under which the eye between two crossings of the same "
+                                  "two loops must be --parallel-gap wide, not --min-gap, degrees", "traceability rules")
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
                                       "px: three closer together read as one blot", "traceability rules")
     min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
@@ -400,13 +392,8 @@ def spline_parameters(num_points: int) -> np.ndarray:
 
 
 def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int) -> tuple[np.ndarray, np.ndarray]:
-    """Periodic cubic B-spline through the waypoints, densely sampled.
-
-    Returns num_points points (num_points, 2) and the radius of curvature, px,
-    at check_points parameter values (check_points,): a short loop drawn with
-    few points is still checked for tight bends as finely as a long one. The
-    loop closes through the segment from the last point back to the first.
-    """
+    """Periodic cubic B-spline through the waypoints: num_points points (num_points, 2) and the radius of
+    curvature, px, at check_points parameters, so a short loop is checked for tight bends as finely as a long one."""
     from scipy.interpolate import BSpline, splprep  # here, not at the top: --help, --merge and reruns draw no spline
 
     closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
@@ -427,17 +414,9 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
 # ---------------------------------------------------------------------------
 # Loop shapes, default mode: per-image budgets of ink length, turning and crossings
 #
-# Drawn alike, loops give N away through two identities: the ink length is N
-# times the mean perimeter, and every closed loop turns through at least 2 pi.
-# The default mode draws a total perimeter per image, independent of N, and
-# splits it among the loops. It weakens the link between total turning and N
-# by adding curls (small loop-de-loops: self-crossings that turn once more),
-# some for each loop short of max_loops and many more at random, so that
-# neither the turning nor the number of curls tracks N closely; some curls sit
-# on another curl's lobe, which a count of curls then misses.
-# It caps the crossings between loops so that, with the curls' crossings, the
-# count does not grow with N. And one waypoint spacing is shared by all loops
-# of an image, so a big loop wiggles like a small one instead of being flatter.
+# Drawn alike, loops give N away: the ink is N times a perimeter and each loop turns 2 pi. So one ink
+# budget is split among the loops, curls (some nested, so a curl count misses them) blur the turning,
+# crossings between loops are capped, and one waypoint spacing serves every loop of an image.
 
 
 @dataclass(frozen=True)
@@ -507,17 +486,7 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
 def crossing_caps(cfg: Config, rng: np.random.Generator, relative_length: float,
                   perimeters: np.ndarray) -> np.ndarray:
     """Most crossings between different loops once each loop is placed, in placement order.  (N,)
-
-    Few big loops cross each other less often than many small ones (the
-    crossing rules reject more of a big loop's many crossings), while each
-    missing loop adds CURLS_PER_MISSING_LOOP curls and so self-crossings. The
-    crossings between loops are therefore capped at what min_loops loops make
-    (a density times relative_length^2) plus, per loop above min_loops, the
-    curls it no longer carries, which keeps the total with the curls free of N. The cap is spread
-    over the loops as their expected crossings with the loops before them
-    (perimeter products) are, but never below the two crossings each loop
-    needs to join the tangle.
-    """
+    What min_loops loops make, plus the curls each loop above them no longer carries, so the total is free of N."""
     budget = (rng.uniform(*BALANCED_CROSSING_DENSITY) * relative_length**2
               + CURLS_PER_MISSING_LOOP * (len(perimeters) - cfg.min_loops))
     with_earlier = perimeters * (np.cumsum(perimeters) - perimeters)  # (N,)
@@ -527,13 +496,7 @@ def crossing_caps(cfg: Config, rng: np.random.Generator, relative_length: float,
 
 def perimeter_shares(total: float, num_loops: int, scale: float, rng: np.random.Generator) -> np.ndarray:
     """Loop perimeters summing to total, each inside BALANCED_PERIMETER_PX.  (N,) px
-
-    Loops cross each other about in proportion to total^2 - sum(perimeter^2).
-    The Dirichlet concentration alpha is set so that the mean sum of squared
-    shares, (alpha + 1) / (N alpha + 1), is BALANCED_SQUARED_SHARES for every N:
-    many loops come in mixed sizes and few in similar ones, so neither that sum
-    nor the size of the largest loop says much about N.
-    """
+    alpha keeps the mean sum of squared shares at BALANCED_SQUARED_SHARES for every N, so sizes say little about N."""
     c = BALANCED_SQUARED_SHARES
     alpha = (1 - c) / max(c * num_loops - 1, (1 - c) / BALANCED_MAX_CONCENTRATION)
     low, high = scale * BALANCED_PERIMETER_PX[0], scale * BALANCED_PERIMETER_PX[1]
@@ -544,12 +507,8 @@ def perimeter_shares(total: float, num_loops: int, scale: float, rng: np.random.
 
 
 def curl_waypoints(start: np.ndarray, end: np.ndarray, side: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Five waypoints of a prolate-trochoid curl in each gap start -> end.  (C, 2) in, (C, 5, 2) out
-
-    The curve t - depth sin t, -depth (1 + cos t) over one period leaves and
-    rejoins the gap's ends and crosses itself once, steeply for depth >= 2.
-    side (+1 or -1) picks which side of the gap the curl hangs on.
-    """
+    """Five waypoints of a prolate-trochoid curl in each gap start -> end, on side (+1 or -1).  (C, 2) in, (C, 5, 2) out
+    The curve leaves and rejoins the gap's ends and crosses itself once, steeply for depth >= 2."""
     t = np.pi / 3 * np.arange(-2, 3)  # (5,)
     chord = end - start
     unit = np.hypot(*chord.T)[:, None] / (2 * np.pi)  # (C, 1) px per trochoid unit
@@ -594,13 +553,8 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
 
 
 def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter.
-
-    The point count follows the perimeter, points_per_loop on the longest loop a
-    budget allows, so segments are about as long on every loop: checks and
-    rendering cost in proportion to the points. Bends are checked on
-    points_per_loop parameter values whatever the count.
-    """
+    """Points and radius of curvature of one budgeted loop, scaled to its exact perimeter; the point count
+    follows the perimeter, so segments are about as long on every loop."""
     longest = budget_scale(cfg) * BALANCED_PERIMETER_PX[1]
     num_points = max(64, math.ceil(cfg.points_per_loop * shape.perimeter / longest))
     points, curvature_radius = fit_closed_spline(balanced_waypoints(shape, cfg, rng), num_points, cfg.points_per_loop)
@@ -696,17 +650,8 @@ class Segments:
 
 
 def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray, window_px: float) -> np.ndarray:
-    """How sharply one loop bends at each of its segments, as the crossing rules see it, degrees.  (P,)
-
-    step is each segment's end minus its start, lengths its length and arc its
-    midpoint's arc position. The bend is the turn over window_px either
-    side of the midpoint, but no more than twice the part of it beyond the mean
-    turn of the two arcs of twice that length flanking it: the eye follows a
-    strand that keeps its curvature (a curl's lobe) through a crossing, and is
-    misled by one that kinks there. A turn over an arc is the polyline's own,
-    the sum of its turns at the vertices inside, so it is the same whichever way
-    round the loop runs.
-    """
+    """How sharply one loop bends at each segment, degrees: the turn over window_px either side, less what the
+    flanking arcs turn as well, since the eye follows a strand that keeps its curvature through a crossing.  (P,)"""
     heading = np.arctan2(step[:, 1], step[:, 0])
     turn = heading - np.concatenate((heading[-1:], heading[:-1]))  # at vertex k, where segment k starts
     # Bends are at least min_curvature_radius, so no vertex turns by half a turn and one wrap is exact.
@@ -777,12 +722,7 @@ def arc_distance(a: np.ndarray, b: np.ndarray, perimeter: np.ndarray) -> np.ndar
 
 def segments_cross(p0, p1, q0, q1) -> np.ndarray:
     """Which segment pairs p0p1 x q0q1 cross.  (M, 2) in, (M,) bool out
-
-    A point lying exactly on the other segment's line counts as on its left.
-    This tie rule makes a curve passing through a vertex of another cross
-    exactly one of the segment pairs there, and makes a touch at a vertex
-    count as two crossings at one point, which the separation rule rejects.
-    """
+    A point on the other's line counts as left of it, so a curve through a vertex crosses exactly one pair there."""
     dp, dq = p1 - p0, q1 - q0
     q_sides_differ = (cross2(dp, q0 - p0) >= 0) != (cross2(dp, q1 - p0) >= 0)
     p_sides_differ = (cross2(dq, p0 - q0) >= 0) != (cross2(dq, p1 - q0) >= 0)
@@ -826,11 +766,8 @@ def longest_segment(segs: Segments) -> float:
 
 
 def separate_strand_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
-    """Candidate pairs (M, 2) of rows of segs, minus those that are one strand bending.
-
-    Two segments of one loop closer than cfg.self_arc_gap_px along it belong
-    to the same strand; they neither cross nor approach each other.
-    """
+    """Candidate pairs (M, 2) of rows of segs, minus two segments of one loop closer than self_arc_gap_px
+    along it: one strand bending, which neither crosses nor approaches itself."""
     u, v = pairs[:, 0], pairs[:, 1]
     same_loop = rows_at(segs.loop, u) == rows_at(segs.loop, v)
     separate = ~same_loop | (arc_distance(rows_at(segs.arc, u), rows_at(segs.arc, v), rows_at(segs.perimeter, u))
@@ -849,8 +786,7 @@ def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.nd
 
 def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndarray, point: np.ndarray,
                     angle_deg: np.ndarray) -> Crossings:
-    """The crossing of segment first[i[m]] with second[j[m]] at point[m] and angle_deg[m], for each m, with
-    its loops, arcs and bends."""
+    """The crossing of first[i[m]] with second[j[m]] at point[m], angle_deg[m], with its loops, arcs and bends."""
     loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
     # Order each crossing's sides by loop id so a pair of loops has one key.
     swap = loop_i > loop_j
@@ -874,21 +810,14 @@ def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarra
 
 
 def crossing_window_px(angle_deg: np.ndarray, gap_px: float, longest: float) -> np.ndarray:
-    """Arc length around a crossing inside which its two strands may be closer than gap_px.
-
-    Two straight strands crossing at angle theta are gap_px apart once each is
-    gap_px / sin(theta) from the crossing; the 1.2 factor allows for their
-    bending and one segment length for where the crossing falls in its segment.
-    """
+    """Arc around a crossing inside which its strands may be closer than gap_px: gap_px / sin(theta), with
+    room for bending (1.2) and one segment for where the crossing falls in its segment."""
     return 1.2 * gap_px / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
 
 
 def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap_px: float,
                     longest: float) -> np.ndarray:
-    """Which segment pairs (K, 2) lie inside no gap_px crossing window of their two strands.  (K,) bool
-
-    longest is longest_segment(segs), which the caller already has.
-    """
+    """Which segment pairs (K, 2) lie inside no gap_px crossing window of their two strands.  (K,) bool"""
     if len(pairs) == 0:
         return np.zeros(0, dtype=bool)
     u, v = pairs[:, 0], pairs[:, 1]
@@ -914,25 +843,15 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
 
 def clearance_faults(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
                      longest: float) -> np.ndarray:
-    """The pairs (K, 2) closer than min_gap that no crossing excuses: any at all breaks the clearance rule.
-
-    Nearly every close pair sits at a crossing, so the excused ones are set
-    aside before the costlier exact distances are measured.
-    """
+    """The pairs (K, 2) closer than min_gap that no crossing excuses; the excused ones are set aside first,
+    since nearly every close pair sits at a crossing and exact distances cost more."""
     return find_near_pairs(segs, rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.min_gap, longest)), cfg)
 
 
 def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
                      longest: float) -> np.ndarray:
-    """Longest stretch along each strand that stays within parallel_gap of one other strand.  (R,) px
-
-    pairs (K, 2) are candidate rows of separate strands. A pair counts when its
-    segments are closer than cfg.parallel_gap and lie outside every crossing
-    window of their own two strands (sized for that gap). Each pair marks both
-    its segments; a run is a stretch of consecutive marked segments of one
-    loop beside the same other loop (itself, for a loop that comes back near
-    itself), measured in arc length, wrapping round the closed loop.
-    """
+    """Longest arc along each strand that stays within parallel_gap of one other strand, outside every
+    crossing window of the two, wrapping round the closed loop.  (R,) px"""
     pairs = rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.parallel_gap, longest))
     u, v = pairs[:, 0], pairs[:, 1]
     # Midpoint to segment, taken both ways so that the order of a pair does not matter: for nearly
@@ -947,12 +866,8 @@ def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
 
 
 def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.ndarray:
-    """Per (loop, other loop) pair, the arc length of the longest run of consecutive marked segments.  (R,) px
-
-    rows (M,) are marked segment rows of segs, beside (M,) the loop each lies
-    next to. Segments are stored loop by loop in ascending loop id, each loop
-    in one block, in order along it; loops may have different counts.
-    """
+    """Per (loop, other loop) pair, the arc of the longest run of consecutive marked rows (M,) beside (M,).
+    Segments are stored loop by loop, each in one block, in order along it.  (R,) px"""
     if len(rows) == 0:
         return np.zeros(0)
     loops = int(segs.loop.max()) + 1  # a (loop, other loop) pair is the key loop * loops + other
@@ -976,11 +891,7 @@ def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.
 
 
 def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
-    """How far the smaller lobe of each self-crossing reaches from the crossing point.  (C,) px
-
-    segs is one loop's segments and crossings some of its self-crossings. The
-    smaller lobe is the shorter of the two arcs between the crossing's segments.
-    """
+    """How far the smaller lobe (shorter arc) of each self-crossing of one loop reaches from it.  (C,) px"""
     low = np.minimum(crossings.arc_a, crossings.arc_b)[:, None]  # (C, 1)
     high = np.maximum(crossings.arc_a, crossings.arc_b)[:, None]
     between = (segs.arc > low) & (segs.arc < high)  # (C, P)
@@ -989,12 +900,8 @@ def lobe_reach_px(segs: Segments, crossings: Crossings) -> np.ndarray:
 
 
 def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> np.ndarray:
-    """For two self-crossings of one loop, whether arcs under LENS_ARC_RATIO x their distance join them.  (N, C)
-
-    Each self-crossing sits at two arc positions of its loop; the two crossings
-    bound an eye when the positions of one pair off with the other's, each that
-    near its partner along the loop.
-    """
+    """For two self-crossings of one loop, whether arcs under LENS_ARC_RATIO x their distance join them,
+    pairing their arc positions off: then they bound an eye.  (N, C)"""
     def along(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return arc_distance(a[new][:, None], b[None, :], crossings.perimeter_a[new][:, None])
 
@@ -1004,41 +911,23 @@ def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> 
 
 
 def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config, eye: np.ndarray | bool = True) -> np.ndarray:
-    """Least distance between two crossings of the same two loops whose shallower angle is angle_deg.
-
-    Two strands that cross twice, D apart, at angle theta enclose a lens
-    about D * tan(theta / 4) wide. Unless that is at least min_gap, the
-    strokes fuse into what reads as one crossing, or as two strands
-    touching; so D must be at least min_gap / tan(theta / 4), and never
-    below min_same_pair_separation. Below wide_lens_angle the lens is long as
-    well as thin, and its sides run side by side, so there it must be
-    parallel_gap wide, where eye says the two crossings bound one
-    (joined_by_short_arcs).
-    """
+    """Least distance between two crossings of the same two loops, given the shallower angle_deg: the lens
+    between them, about D tan(theta / 4) wide, must be min_gap wide (parallel_gap below wide_lens_angle, where eye)."""
     width = np.where((angle_deg < cfg.wide_lens_angle) & eye, max(cfg.min_gap, cfg.parallel_gap), cfg.min_gap)
     lens_px = width / np.tan(np.radians(np.maximum(angle_deg, 1.0)) / 4)
     return np.maximum(cfg.min_same_pair_separation, lens_px)
 
 
 def count_faults(crossings: np.ndarray, room: float) -> dict[str, np.ndarray]:
-    """The rules on how many crossings a budgeted loop makes with the loops before it, for counts (K,).
-
-    One piece: a loop floating apart is easy to count. Within its crossing_cap
-    (room is what the cap leaves), so the crossings do not track N.
-    """
+    """The rules on how many crossings a budgeted loop makes with the loops before it, for counts (K,):
+    in one piece (a loop apart is easy to count) and within its cap (room), so crossings do not track N."""
     return {"disconnected": crossings < 1, "crossing_budget": crossings > room}
 
 
 def crossing_faults(new: Crossings, old: Crossings, cfg: Config, copy: np.ndarray | None = None
                     ) -> dict[str, np.ndarray]:
     """Which crossing rule each new crossing breaks, in RULES order: the one statement of these rules.  (H,) bool each
-
-    A new crossing is measured against every old one and every other new one
-    of its own copy (copy (H,) numbers the position screen's translated copies
-    of one loop; by default all are one). A cluster is a crossing with two
-    others within crossing_cluster_px; only clusters a new crossing belongs to
-    count, as the old crossings were checked before.
-    """
+    New crossings meet every old one and the new ones of their own copy (copy (H,)); old ones were checked before."""
     copy = np.zeros(len(new), dtype=np.int64) if copy is None else copy
     every, first_new = old + new, len(old)
     dist = point_distances(new.point, every.point)  # (H, C + H)
@@ -1088,15 +977,8 @@ def runs_too_long(runs_px: np.ndarray, cfg: Config) -> bool:
 
 @dataclass(frozen=True)
 class SegmentGrid:
-    """Segment rows bucketed by the square cell that holds their midpoint.
-
-    Cells are numbered row by row, so the cells of one row of a neighbourhood
-    are consecutive and their segments form one run of `order`: finding the
-    segments near a point takes a few table lookups instead of a tree search.
-    The canvas's cells are framed by pad empty ones on every side, so a
-    neighbourhood reaching up to pad cells from its point's cell never runs
-    off the table and needs no clipping.
-    """
+    """Segment rows bucketed by the cell of their midpoint, row by row and framed by pad empty cells, so
+    finding the segments near a point takes a few lookups and never runs off the table."""
 
     size: int  # canvas side, px
     pad: int  # empty cells framing the canvas's on every side
@@ -1121,8 +1003,7 @@ def grid_columns(size: int) -> int:
 
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
-    """Table index of the cell holding each point, for columns canvas cells a row framed by pad; points off
-    the canvas count as on its edge.  (P,)"""
+    """Table index of the cell holding each point (points off the canvas count as on its edge).  (P,)"""
     col, row = (clamp(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1) + pad).T
     return row * (columns + 2 * pad) + col
 
@@ -1135,9 +1016,8 @@ def build_grid(mid: np.ndarray, size: int, pad: int) -> SegmentGrid:
 
 
 def tangle_grid(segs: Segments, cfg: Config, longest: float) -> SegmentGrid:
-    """The grid of a tangle whose longest segment is longest px, framed for the widest search a next loop
-    makes (clearance and parallel stretches); the spare cell covers a next loop's segments up to a cell
-    longer, so its searches need not rebuild the grid."""
+    """The grid of a tangle, framed for the widest search a next loop makes; the spare cell lets a next loop's
+    segments be a cell longer without a rebuild."""
     reach = max(cfg.min_gap, cfg.parallel_gap) + max(longest, GRID_CELL_PX)
     return build_grid(segs.mid, cfg.size, math.ceil(reach / GRID_CELL_PX) + 1)
 
@@ -1170,15 +1050,8 @@ def grid_pairs(grid: SegmentGrid, points: np.ndarray, radius: float) -> tuple[np
 
 
 def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
-    """The answer for sample `index`, fixed before any loop is drawn or rejected.
-
-    "equal": each block of K consecutive indices (K possible counts) holds
-    every count once, in an order drawn from the run seed and the block number
-    alone. Any shard computes the same count for the same index, and in any
-    prefix of the dataset each count is within one of an equal share.
-    "uniform": an independent draw from the sample's own stream, as in the
-    original task description.
-    """
+    """The answer for sample index, fixed before any loop is drawn, so rejection cannot skew it; "equal" takes
+    each block of indices as a shuffle of every count, seeded by the run seed and the block alone."""
     if cfg.answers == "uniform":
         return int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
     counts = np.arange(cfg.min_loops, cfg.max_loops + 1)
@@ -1223,17 +1096,8 @@ class ScreenedCrossings(NamedTuple):
 
 def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopShape | None = None,
                  screened: ScreenedCrossings | None = None) -> tuple[Tangle | None, str | None]:
-    """Add a placed loop if it keeps every rule against itself and the loops so far.
-
-    Only pairs involving the new loop are examined: the old loops were
-    checked when they were added and nothing about them has changed. A
-    budgeted shape also asks the loop to cross an earlier one, and to keep
-    the crossings between loops within its crossing_cap. screened, from
-    screen_placements, holds the loop's crossings with the tangle at this
-    position, found at a radius of at least this loop's and the tangle's
-    longest segment and worked out as crossings_between would, so they need
-    not be found again.
-    """
+    """Add a placed loop if it keeps every rule against itself and the loops so far (only pairs with the new
+    loop are examined); screened holds its crossings with the tangle already found by screen_placements."""
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
 
     new = loop_segments(points, len(tangle.loops), cfg.bend_window)
@@ -1303,8 +1167,7 @@ class PlacementFaults:
 
 @dataclass(frozen=True)
 class CopyCrossings:
-    """The crossings the screen found for copies within the crossing budget (the only ones it can hand on):
-    each one's copy, its segment along the loop and row of the tangle, where and at what angle.  (H,) each"""
+    """The crossings the screen found for copies within the crossing budget, to hand on to try_add_loop.  (H,) each"""
 
     copy: np.ndarray
     segment: np.ndarray
@@ -1321,16 +1184,8 @@ class CopyCrossings:
 
 def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, room: float, cfg: Config
                      ) -> tuple[PlacementFaults, CopyCrossings]:
-    """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings.
-
-    bend_deg is the loop's strand_bend_deg, which moving it does not change.
-
-    The crossings are found as try_add_loop finds them and judged by the same
-    count_faults and crossing_faults; try_add_loop still checks the copy's own
-    self-crossings. Only copies within the count rules are judged further: the
-    others can neither pass nor decide which rule PlacementFaults.reason
-    blames, so their other flags stay False.
-    """
+    """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings,
+    judged by count_faults and crossing_faults; copies outside the count rules are judged no further."""
     count, points = tries.shape[1], tries.reshape(-1, 2)
     ends = np.concatenate([tries[:, 1:], tries[:, :1]], axis=1).reshape(-1, 2)
     longest = max(tangle.longest, float(np.hypot(*(ends - points).T).max()))  # copies differ by rounding
@@ -1365,22 +1220,8 @@ def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
                       ) -> tuple[np.ndarray | None, ScreenedCrossings | None, str | None]:
-    """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings with the tangle pass.
-
-    Returns the moved loop with its crossings (CopyCrossings.of, for
-    try_add_loop), or None, None and the rule that every position broke.
-
-    Most budgeted candidates fail on where they land (too many crossings, or
-    one too shallow or too close to another), not on their shape, so a shape
-    is moved before it is redrawn: a spline fit costs more than a screen.
-    For a given shape, the first passing one of independent uniform positions
-    lands where rejection would put it. Shapes are weighed differently: plain
-    rejection keeps one in proportion to the share of positions where it
-    fits, the screen nearly whenever it fits in one of 16, so this is a
-    change of distribution and was audited as one (creation.md, step 5).
-    Positions go in SCREEN_BATCH_ENDS batches: a batch costs little more
-    than one position, and a shape often passes at the first.
-    """
+    """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings pass: the loop
+    and its crossings, or None, None and the rule every position broke. Moving is cheaper than a spline fit."""
     # Rounding in the first shift can leave a loop as wide as the drawable area an ulp too wide to move.
     low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
     offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
@@ -1404,10 +1245,7 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
 
 def draw_loop(cfg: Config, rng: np.random.Generator,
               shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
-    """One loop placed on the canvas, or None with the rule its shape broke on its own.
-
-    shape is the budgeted target for this loop, None with --original-shapes.
-    """
+    """One loop placed on the canvas, or None with the rule its shape broke; shape is None with --original-shapes."""
     if shape is None:
         points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop,
                                                      cfg.points_per_loop)
@@ -1422,14 +1260,8 @@ def draw_loop(cfg: Config, rng: np.random.Generator,
 
 
 def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
-    """Place num_loops loops one at a time, redrawing only the loop that breaks a rule.
-
-    A budgeted loop is tried at several positions before its shape is
-    redrawn (screen_placements). A loop that cannot be placed within
-    cfg.loop_attempts redraws restarts the sample from an empty canvas; the
-    count itself never changes, so rejection cannot skew the answers.
-    Returns the tangle and how many redraws each rule caused.
-    """
+    """Place num_loops loops one at a time, redrawing only the loop that breaks a rule; after loop_attempts
+    the sample restarts, the count unchanged. The tangle and how many redraws each rule caused."""
     # Budgets are kept across restarts: redrawing them would favour the easy ones, which depend on N.
     shapes = (None,) * num_loops if cfg.original_shapes else balanced_shapes(cfg, rng, num_loops)
     redraws: Counter = Counter()
@@ -1490,24 +1322,16 @@ def pixel_window(reach_px: float) -> np.ndarray:
 
 
 def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Dot product of every vector (S, 2) with every offset (W, 2).  (S, W)
-
-    Spelled out rather than `@`: a BLAS product would start threads of its own
-    that fight the worker processes for the cores.
-    """
+    """Dot product of every vector (S, 2) with every offset (W, 2), spelled out: a BLAS `@` starts threads
+    that fight the workers for the cores.  (S, W)"""
     product = np.multiply.outer(vectors[:, 0], offsets[:, 0])
     product += np.multiply.outer(vectors[:, 1], offsets[:, 1])
     return product
 
 
 def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
-    """Fraction of each pixel covered by the strokes, antialiased.  (size, size) float32
-
-    Coverage falls linearly over one pixel across the stroke's edge, from the
-    exact distance of the pixel centre to the nearest segment. Each segment
-    measures only the few pixels around it, all segments at once, and a pixel
-    keeps its largest coverage.
-    """
+    """Fraction of each pixel covered by the strokes: falling linearly over one pixel across the edge from
+    the pixel centre's distance to the nearest segment; a pixel keeps its largest.  (size, size) float32"""
     half = cfg.stroke_width / 2
     start = np.concatenate(loops)
     step = np.concatenate([next_points(p) for p in loops]) - start  # (S, 2)
@@ -1545,13 +1369,8 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
 
 
 def bare_canvas_tones() -> np.ndarray:
-    """Tone of an uninked pixel for each 16-bit uniform draw.  (65536,) uint8
-
-    Gaussian noise of NOISE_SIGMA_TONE around PAPER_TONE, rounded to a tone,
-    sampled by inverting its distribution: one table lookup per pixel instead
-    of a float normal draw, rounding and clipping over the whole canvas. The
-    table reaches 4.3 sigma into the tails.
-    """
+    """Tone of an uninked pixel for each 16-bit uniform draw: Gaussian noise round PAPER_TONE by inverting
+    its distribution, one lookup per pixel instead of a normal draw.  (65536,) uint8"""
     noise = NormalDist(PAPER_TONE, NOISE_SIGMA_TONE)
     at_most = np.array([noise.cdf(tone + 0.5) for tone in range(256)])  # P(rounded tone <= tone)
     return np.searchsorted(at_most, (np.arange(65536) + 0.5) / 65536).astype(np.uint8)
@@ -1579,8 +1398,7 @@ def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Gene
 
 
 def save_png(image: Image.Image, target, tag: str | None = None) -> None:
-    """PNG with Huffman-only deflate: canvas noise defeats LZ77 matching, so skipping it is several times
-    faster and gives smaller files. A tag marks an overlay or contact sheet as this generator's."""
+    """PNG with Huffman-only deflate (canvas noise defeats LZ77); a tag marks an overlay or contact sheet."""
     info = None
     if tag is not None:
         info = PngImagePlugin.PngInfo()
@@ -1594,11 +1412,8 @@ def pixel_sha256(image: Image.Image) -> str:
 
 
 def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Image:
-    """The dataset image with each loop painted in its own colour, every crossing ringed and each self-crossing boxed.
-
-    Painting reuses each loop's own stroke coverage, so a pixel no loop or
-    ring touches keeps exactly its dataset value.
-    """
+    """The dataset image with each loop in its own colour, crossings ringed and self-crossings boxed; a pixel
+    no loop or ring touches keeps its dataset value."""
     from PIL import ImageDraw  # here, not at the top: it loads ImageFont, and only --overlays draws rings
 
     rgb = np.asarray(image.convert("RGB")).astype(np.float32)
@@ -1656,8 +1471,7 @@ def scene_name(index: int, n: int) -> str:
 
 
 def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
-    """A closed polyline (P, 2) with points added along its straight segments, so none is longer
-    than max_step_px; the original points are kept, in order.  (Q, 2), Q >= P"""
+    """A closed polyline (P, 2) with points added so no segment is longer than max_step_px.  (Q, 2), Q >= P"""
     step = next_points(points) - points  # (P, 2) from each point to the next, the last back to the first
     pieces = np.maximum(np.ceil(np.hypot(*step.T) / max_step_px), 1).astype(np.int64)  # (P,)
     owner = np.repeat(np.arange(len(points)), pieces)  # (Q,) the segment each output point lies on
@@ -1667,19 +1481,11 @@ def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
 
 
 def scene_of(record: dict, tangle: Tangle) -> dict:
-    """The geometry of one sample as its scene file holds it, in pixel coordinates of the saved image.
-
-    The generator's points already are those coordinates: stroke_coverage
-    shades pixel (column c, row r), whose centre is (c + 0.5, r + 0.5), by
-    its distance to the segments, so a point (x, y) lies in column floor(x)
-    and row floor(y) (x right, y down, origin at the image's top-left corner).
-    Each loop is its centre line as a closed polyline (the last point joins
-    the first, which is not repeated), the straight segments the image was
-    drawn from, split where one is longer than SCENE_MAX_ARC_PX; its bbox
-    bounds the centre line, not the stroke. Each crossing names its loops
-    as indices into "loops", a <= b, a == b where a loop crosses itself,
-    with its acute angle in degrees to 0.01. Coordinates are rounded to 0.1 px.
-    """
+    """The geometry of one sample as its scene file holds it, in the saved image's pixel coordinates (x right,
+    y down, origin at the top-left corner, pixel (c, r) centred at (c + 0.5, r + 0.5), as stroke_coverage shades).
+    A loop is its centre line as a closed polyline (the first point not repeated), split so no step exceeds
+    SCENE_MAX_ARC_PX, its bbox that line's; a crossing names loops a <= b (a == b: a loop crossing itself)
+    and its acute angle to 0.01 degrees. Coordinates are rounded to 0.1 px."""
     slack = 2 * math.sqrt(2) * 0.5 * 10 ** -SCENE_DECIMALS  # how much longer rounding can make a segment
     loops = []
     for points in tangle.loops:
@@ -1706,8 +1512,8 @@ def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:
 
 
 def record_fits(cfg: Config, record) -> bool:
-    """Whether a record read from disk says what this config makes of its index, in every field known
-    without drawing the sample (its answer above all): an edited or foreign record is not kept."""
+    """Whether a record from disk says what this config makes of its index in every field known without
+    drawing: an edited or foreign record is not kept."""
     index = record.get("index") if isinstance(record, dict) else None
     if type(index) is not int or not 0 <= index < cfg.n:  # True would pass isinstance(index, int)
         return False
@@ -1742,7 +1548,6 @@ STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
-SETUP_WAIT_S = 60.0  # longest a shard run waits for another to finish setting the folder up
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
 # Making --out failed because of the path itself (too long, read-only, not a folder, forbidden, missing).
 BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT,
@@ -1814,52 +1619,33 @@ def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text)
                        "move it away")
 
 
-def reject_constant(name: str):
-    raise ValueError(f"{name} is not a number a record holds")
-
-
 def read_json(path: Path):
     """The JSON value in a regular file; None if absent or not JSON (UnicodeDecodeError is a ValueError)."""
     try:
         with open_regular(path) as file:
-            return json.loads(file.read(), parse_constant=reject_constant)
+            return json.loads(file.read(), parse_constant=int)  # int("NaN") raises: not JSON
     except (FileNotFoundError, DatasetError, ValueError, RecursionError):
         return None
 
 
-def write_atomic(path: Path, write, out_dir: Path) -> None:
-    """Write path through tmp/<pid>/ and rename it into place: a file is whole or absent. Errors name path alone."""
+def write_atomic(path: Path, write, out_dir: Path, replace: bool = True) -> None:
+    """Write path through tmp/<pid>/ and rename it into place: a file is whole or absent. Errors name path alone.
+    Without replace, an existing path is kept (FileExistsError)."""
     folder = state_path(out_dir, "tmp", str(os.getpid()))
     tmp = folder / path.name
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp.unlink(missing_ok=True)
         write(tmp)
-        os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
+        if replace:
+            os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
+        else:
+            os.link(tmp, path)
+            tmp.unlink()
     except OSError as error:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise OSError(error.errno, error.strerror, str(path)) from None
-
-
-def remove_dead_temporaries(out_dir: Path) -> None:
-    """Delete the temporary folders of processes that are gone (this one's too, once it calls this last)."""
-    root = state_path(out_dir, "tmp")
-    for folder in root.glob("*") if root.is_dir() and not root.is_symlink() else ():
-        if folder.name.isdigit() and (int(folder.name) == os.getpid() or not process_alive(int(folder.name))):
-            shutil.rmtree(folder, ignore_errors=True)
-    with contextlib.suppress(OSError):
-        root.rmdir()  # stays while another run writes through it
-
-
-def process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        pass
-    return True
 
 
 def image_matches(path: Path, sha256) -> bool:
@@ -1942,19 +1728,15 @@ def make_output_folder(out_dir: Path) -> None:
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
 
 
-def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
-    """Lock an open file, shared or alone, polling up to wait_s seconds; whether it was taken."""
+def flock(file, exclusive: bool) -> bool:
+    """Lock an open file, shared or alone, without waiting; whether it was taken (a change of mode may drop it)."""
     if fcntl is None:  # no such locks on Windows: runs go unguarded
         return True
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+    try:
+        fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
@@ -2029,48 +1811,44 @@ def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
 
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir: checked before anything is written, made, locked, claimed (another dataset refused, or
-    with --overwrite removed while the lock is held alone); temporaries of dead runs removed.
-
-    The lock is shared by shard runs and held alone by whole runs, merges and --overwrite; shard runs set
-    the folder up one at a time (setup), so that one may take the lock alone to replace a run file.
-    """
+    """Hold out_dir: checked before anything is written, made, locked and claimed (another dataset refused, or
+    with --overwrite removed while the lock is held alone). The lock is shared by shard runs of one dataset and
+    held alone by whole runs, merges and --overwrite; whichever run ends alone removes every run's temporaries."""
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
     check_split(None if replace else found, shard, out_dir)
     make_output_folder(out_dir)
-    flags = os.O_WRONLY | os.O_CREAT
-    with open_regular(state_path(out_dir, "lock"), flags, "wb") as lock, \
-            open_regular(state_path(out_dir, "setup"), flags, "wb") as setup:
+    alone = shard == WHOLE_RUN or overwrite
+    run = {**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})}
+    run_path = state_path(out_dir, RUN_FILE)
+    with open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb") as lock:
         try:
-            if shard != WHOLE_RUN and not flock(setup, exclusive=True, wait_s=SETUP_WAIT_S):
+            if not flock(lock, exclusive=alone):
                 raise LiveRun(out_dir)
-            if not flock(lock, exclusive=shard == WHOLE_RUN or overwrite):
-                raise LiveRun(out_dir)
-            # Read again under the lock: another run may have claimed the folder meanwhile.
-            found, refusal, replace = folder_dataset(cfg, out_dir)
-            if refusal is not None and not overwrite:
-                raise DatasetError(refusal)
-            if replace:
-                if not flock(lock, exclusive=True):
+            for _ in range(2):  # read again under the lock: another run may have claimed the folder meanwhile
+                found, refusal, replace = folder_dataset(cfg, out_dir)
+                if refusal is not None and not overwrite:
+                    raise DatasetError(refusal)
+                check_split(None if replace else found, shard, out_dir)
+                if found is not None and not replace and (shard == WHOLE_RUN or "shards" in found):
+                    break
+                if found is None and not replace:  # a new folder: the first of shard runs started together writes
+                    with contextlib.suppress(FileExistsError):
+                        write_atomic(run_path, lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir, False)
+                    continue
+                if not flock(lock, exclusive=True):  # a run file replaced while no other run holds the folder
                     raise LiveRun(out_dir)
-                remove_replaced_dataset(out_dir, found)
-                found = None
-            check_split(found, shard, out_dir)
-            if found is None or (shard != WHOLE_RUN and "shards" not in found):
-                run = {**identity(cfg), **({"shards": shard.m} if shard != WHOLE_RUN else {})}
-                write_atomic(state_path(out_dir, RUN_FILE), lambda tmp: tmp.write_text(json.dumps(run) + "\n"),
-                             out_dir)
-            remove_dead_temporaries(out_dir)
-            if shard != WHOLE_RUN:
-                if not flock(lock, exclusive=False):  # back to shared, if it was taken alone to replace a dataset
+                if replace:
+                    remove_replaced_dataset(out_dir, found)
+                write_atomic(run_path, lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir)
+                if not flock(lock, exclusive=alone):  # back to shared, for a shard run
                     raise LiveRun(out_dir)
-                setup.close()  # releases its lock: the next shard run may set up
             yield
         finally:
-            remove_dead_temporaries(out_dir)
+            if flock(lock, exclusive=True):  # no other run writes here now
+                shutil.rmtree(state_path(out_dir, "tmp"), ignore_errors=True)
 
 
 # -- Workers and the dataset files
@@ -2173,22 +1951,6 @@ def command_number(value: float) -> str:
     return short if float(short) == value else repr(value)
 
 
-def dataset_header(cfg: Config, histogram: Counter) -> dict:
-    """Everything data.json says before its samples; histogram counts the samples' answers."""
-    return {
-        "task": TASK_NAME,
-        "generator_version": GENERATOR_VERSION,
-        "schema_version": SCHEMA_VERSION,
-        "command": canonical_command(cfg),
-        "config": dataclasses.asdict(cfg),
-        "question": QUESTION,
-        "num_samples": sum(histogram.values()),
-        "answer_histogram": {str(k): histogram[k] for k in sorted(histogram)},
-    }
-
-
-
-
 # -- Drawing and collecting
 
 
@@ -2237,35 +1999,35 @@ def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> Data
     return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}{more_shards}: {shown}{more}")
 
 
-def collect(cfg: Config, out_dir: Path) -> None:
-    """Write annotations.jsonl and data.json from the record files, in index order."""
+def collect(cfg: Config, out_dir: Path, contact_sheet: int = 0) -> None:
+    """Write annotations.jsonl and data.json from the record files, in index order, and the contact sheet of
+    the first contact_sheet images, each captioned with its index and answer."""
     records = [finished_record(cfg, out_dir, index, check_image=False) for index in range(cfg.n)]
     if None in records:  # removed or edited since it was checked
         raise missing_samples(cfg, [records.index(None)], None)
     lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-    header = dataset_header(cfg, Counter(record["answer"] for record in records))
+    histogram = Counter(record["answer"] for record in records)
+    header = {"task": TASK_NAME, "generator_version": GENERATOR_VERSION, "schema_version": SCHEMA_VERSION,
+              "command": canonical_command(cfg), "config": dataclasses.asdict(cfg), "question": QUESTION,
+              "num_samples": len(records), "answer_histogram": {str(k): histogram[k] for k in sorted(histogram)}}
     document = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
     write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: tmp.write_text(lines, encoding="utf-8"), out_dir)
     write_atomic(out_dir / DATA_FILE, lambda tmp: tmp.write_text(document, encoding="utf-8"), out_dir)
-
-
-def write_contact_sheet(cfg: Config, out_dir: Path, count: int) -> None:
-    """The first count images of the dataset in one grid, each captioned with its index and answer."""
-    with open_regular(out_dir / ANNOTATIONS_FILE, mode="r", encoding="utf-8") as rows:
-        records = [json.loads(line) for line in itertools.islice(rows, count)]
-    thumbnails = []
-    for record in records:
-        with Image.open(out_dir / record["image"]) as image:
-            thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
-    captions = [f"#{r['index']}  answer {r['answer']}" for r in records]
-    sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(records))))
-    (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
-    write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
-                 lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
+    if contact_sheet:
+        shown, thumbnails = records[:contact_sheet], []
+        for record in shown:
+            with Image.open(out_dir / record["image"]) as image:
+                thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
+        captions = [f"#{r['index']}  answer {r['answer']}" for r in shown]
+        sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(shown))))
+        (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
+        write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
+                     lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
 
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
-                     overwrite: bool = False, overlays: bool = False, scenes: bool = False) -> int:
+                     overwrite: bool = False, overlays: bool = False, scenes: bool = False, contact_sheet: int = 0
+                     ) -> int:
     """Keep every finished sample of the shard and draw the rest (a whole run then collects); how many were drawn."""
     with claimed_folder(cfg, out_dir, shard, overwrite):
         if overlays:
@@ -2277,12 +2039,12 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
         with contextlib.closing(run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)) as results:
             drawn = sum(results)  # closing stops the pool's workers before their temporaries are removed
         if shard == WHOLE_RUN:
-            collect(cfg, out_dir)
+            collect(cfg, out_dir, contact_sheet)
         return drawn
 
 
 def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
-                 overwrite: bool = False) -> None:
+                 contact_sheet: int = 0) -> None:
     """Check every sample (and scene) the shard runs made, then write the files one run would have written."""
     check_output_folder(out_dir)
     found, refusal, replace = folder_dataset(cfg, out_dir)
@@ -2302,7 +2064,7 @@ def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, 
         if bad_scenes:
             raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
                                f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
-        collect(cfg, out_dir)
+        collect(cfg, out_dir, contact_sheet)
 
 
 # ---------------------------------------------------------------------------
@@ -2349,21 +2111,18 @@ def build_parser() -> OneLineParser:
     run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
                      help="output folder (default: the folder holding creation.py)")
     run.add_argument("--workers", type=int, default=usable_cores(),
-                     help=f"worker processes, at most {WORKERS_PER_CORE} per core this process may use; 1 runs "
-                          "without a pool (default: one per such core)")
+                     help="worker processes; 1 runs without a pool (default: one per usable core)")
     run.add_argument("--quiet", action="store_true", help="no progress bar and no closing summary; errors still print")
     run.add_argument("--overwrite", action="store_true",
                      help="replace a different dataset in --out (only files this generator writes are removed)")
     review = p.add_argument_group("extra outputs (outside images/, never part of the dataset files)")
     review.add_argument("--overlays", action="store_true",
-                        help="also write review/overlays/*.png: each loop in its own colour, crossings "
-                             "between loops ringed, a loop's crossings with itself boxed")
+                        help="also write review/overlays/*.png: each loop in its own colour, crossings marked")
     review.add_argument("--contact-sheet", type=int, default=0, metavar="K",
                         help="also write review/contact_sheet.png: the first K images with their answers (default 0: none)")
     review.add_argument("--scenes", action="store_true",
-                        help="Also write scenes/<image name>.json for every image: each loop's centre line as a "
-                             "closed polyline and every crossing, in the image's pixel coordinates. With --merge, "
-                             "check that every scene file is there and matches its record.")
+                        help="also write scenes/<image name>.json: loops and crossings in pixel coordinates "
+                             "(with --merge: check them)")
     scale = p.add_argument_group("sharding (runs on many machines)")
     scale.add_argument("--shard", type=parse_shard, metavar="K/M",
                        help="make only shard K of M (K = 0..M-1) into --out; when every shard is there, --merge")
@@ -2416,66 +2175,39 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return cfg
 
 
-def handed_over(argv: list[str]) -> str | None:
-    """The program of its own a command line is for: export for --export-hub or --export-vlmevalkit, scoring for
-    --evaluate and the flags only it takes (each also as the abbreviation argparse allows); None for a run."""
-    names = [arg.partition("=")[0] for arg in argv]
-    exports = ("--export-hub", "--export-vlmevalkit")
-    if any(len(name) > len("--export-") and any(target.startswith(name) for target in exports) for name in names):
-        return "export"
-    if any(name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and "--evaluate".startswith(name))
-           for name in names):
-        return "scoring"  # loads no numpy
-    return None
-
-
-@contextlib.contextmanager
-def stop_signals_handled() -> Iterator[None]:
-    """SIGTERM, and Ctrl-C unless a caller ignores it, stop the run through STOP_REQUEST. Handlers can be
-    set from the main thread alone: a harness calling main() from another keeps its own."""
-    STOP_REQUEST.stop = None
-    signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def run(args: argparse.Namespace, cfg: Config) -> str:
-    """Generate or merge as the flags say; what was done, in a few words."""
-    shard = args.shard or WHOLE_RUN
-    count = len(shard.indices(cfg.n))
-    if args.merge:
-        merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes)
-        done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
-    else:
-        drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
-                                 args.scenes)
-        files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
-        done = (f"drew {count} images{files}" if drawn == count
-                else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
-    if args.contact_sheet:
-        write_contact_sheet(cfg, args.out, min(args.contact_sheet, count))
-    return done
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    program = handed_over(argv)
-    if program is not None:  # loaded only when asked for
-        return importlib.import_module(program).main(argv, prog="creation.py")
+    names = [arg.partition("=")[0] for arg in argv]  # each flag also as the abbreviation argparse allows
+    export = any(len(name) > len("--export-") and any(target.startswith(name) for target in
+                                                      ("--export-hub", "--export-vlmevalkit")) for name in names)
+    if export or any(name in ("--dataset", "--json", "--report-dir") or (len(name) >= 4 and
+                                                                          "--evaluate".startswith(name))
+                     for name in names):  # programs of their own, loaded only when asked for (scoring: no numpy)
+        return importlib.import_module("export" if export else "scoring").main(argv, prog="creation.py")
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         cfg = config_from_args(args)
     except ValueError as error:
         parser.error(str(error))
+    shard = args.shard or WHOLE_RUN
+    count = len(shard.indices(cfg.n))
+    # SIGTERM, and Ctrl-C unless a caller ignores it, stop the run through STOP_REQUEST. Handlers can be
+    # set from the main thread alone: a harness calling main() from another keeps its own.
+    STOP_REQUEST.stop = None
+    signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
     try:
-        with stop_signals_handled():
-            done = run(args, cfg)
+        if args.merge:
+            merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.contact_sheet)
+            done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
+        else:
+            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
+                                     args.scenes, args.contact_sheet)
+            files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
+            done = (f"drew {count} images{files}" if drawn == count
+                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
     except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
         how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
         print(f"creation.py: {how}; run the same command again to resume", file=sys.stderr)
@@ -2490,6 +2222,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"creation.py: error: {error.filename or args.out}: {error.strerror or error}", file=sys.stderr)
         return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0

@@ -661,7 +661,7 @@ def test_whatever_sits_at_an_image_path_is_redrawn_never_decoded_blindly_or_wait
     assert outside.read_bytes() == before and record.is_file()
 
 
-@pytest.mark.parametrize("name", ["lock", "setup", "run.json"])
+@pytest.mark.parametrize("name", ["lock", "run.json"])
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
 def test_the_runs_own_files_are_never_read_or_written_through(name, kind, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
@@ -678,15 +678,17 @@ def test_the_runs_own_files_are_never_read_or_written_through(name, kind, tmp_pa
     assert not outside.exists()
 
 
-def test_temporaries_of_dead_runs_go_those_of_live_ones_stay(tmp_path, monkeypatch):
+def test_the_run_that_ends_alone_removes_every_temporary(tmp_path, monkeypatch):
     monkeypatch.setattr(creation, "make_sample", cheap_sample)
-    tmp = tmp_path / STATE / "tmp"
-    dead, live = tmp / "999999999", tmp / str(os.getppid())
-    for folder in (dead, live):
-        folder.mkdir(parents=True)
-        (folder / "tangled_loops_00001.png").write_bytes(b"cut short")
-    creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
-    assert not dead.exists() and (live / "tangled_loops_00001.png").exists()
+    cfg = creation.Config(n=3, seed=3)
+    left = tmp_path / STATE / "tmp" / "999999999" / "tangled_loops_00001.png"  # a killed run's
+    left.parent.mkdir(parents=True)
+    left.write_bytes(b"cut short")
+    with held_lock(tmp_path, fcntl.LOCK_SH):  # another shard run, live: it may be writing through tmp/
+        creation.generate_dataset(cfg, tmp_path, 1, True, creation.Shard(0, 2))
+    assert left.exists()
+    creation.generate_dataset(cfg, tmp_path, 1, True, creation.Shard(1, 2))
+    assert leftovers(tmp_path) == [] and not (tmp_path / STATE / "tmp").exists()
 
 
 # ---------------------------------------------------------------------------
@@ -926,7 +928,7 @@ def test_an_export_folder_is_refused_as_out_even_with_overwrite(merge, tmp_path,
     before = listing(tmp_path)
     with pytest.raises(creation.DatasetError, match=rf"is an export \({creation.EXPORT_MARKER_FILE} marks it\)"):
         if merge:
-            creation.merge_shards(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True, overwrite=True)
+            creation.merge_shards(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
         else:
             creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True, overwrite=True)
     assert listing(tmp_path) == before and drawn == []

@@ -186,8 +186,8 @@ def test_a_stopped_run_leaves_no_scene_temporary(tmp_path, monkeypatch):
             raise RuntimeError("stop")
         return make_sample(cfg, index)
 
-    def scene_forever(path, write, out_dir):
-        write_atomic(path, write_forever if path.parent.name == "scenes" else write, out_dir)
+    def scene_forever(path, write, out_dir, *rest):
+        write_atomic(path, write_forever if path.parent.name == "scenes" else write, out_dir, *rest)
 
     monkeypatch.setattr(creation, "make_sample", stopping_sample)
     monkeypatch.setattr(creation, "write_atomic", scene_forever)
