@@ -41,6 +41,7 @@ import signal
 import stat
 import sys
 import threading
+import time
 import zlib
 from collections import Counter, deque
 from concurrent.futures import ProcessPoolExecutor
@@ -1546,6 +1547,7 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 
 STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
+LOCK_WAIT_S = 2.0  # how long a shard run waits for the folder lock before it says another run holds it
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
@@ -1728,15 +1730,20 @@ def make_output_folder(out_dir: Path) -> None:
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
 
 
-def flock(file, exclusive: bool) -> bool:
-    """Lock an open file, shared or alone, without waiting; whether it was taken (a change of mode may drop it)."""
+def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
+    """Lock an open file, shared or alone, trying for up to wait_s; whether it was taken (a change of mode may
+    drop it)."""
     if fcntl is None:  # no such locks on Windows: runs go unguarded
         return True
-    try:
-        fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
 
 
 def identity_difference(found: dict, expected: dict) -> str | None:
@@ -1825,7 +1832,8 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
     run_path = state_path(out_dir, RUN_FILE)
     with open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb") as lock:
         try:
-            if not flock(lock, exclusive=alone):
+            # A shard run that ends holds the lock alone for a moment to clear tmp/: a shard run waits that out.
+            if not flock(lock, exclusive=alone, wait_s=0.0 if alone else LOCK_WAIT_S):
                 raise LiveRun(out_dir)
             for _ in range(2):  # read again under the lock: another run may have claimed the folder meanwhile
                 found, refusal, replace = folder_dataset(cfg, out_dir)

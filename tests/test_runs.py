@@ -996,3 +996,18 @@ def test_a_rerun_says_which_images_it_kept_and_which_it_drew(tmp_path, monkeypat
     assert creation.main(args) == 0
     assert capsys.readouterr().err.strip().endswith(
         f"kept 5 of 6 images, which match their records, drew 1 and wrote annotations.jsonl, data.json in {tmp_path}")
+
+
+def test_a_shard_run_waits_out_another_shard_run_clearing_its_temporaries(tmp_path):
+    """A shard run that ends holds the folder lock alone for a moment (to clear tmp/); a shard run starting
+    then waits instead of being refused as if a whole run were live."""
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--workers", "1", "--shard", "0/2"]) == 0
+    lock = open(creation.state_path(tmp_path, "lock"), "wb")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    release = threading.Timer(0.5, lambda: (fcntl.flock(lock, fcntl.LOCK_UN), lock.close()))
+    release.start()
+    try:
+        assert creation.main([*FLAGS, "--out", str(tmp_path), "--workers", "1", "--shard", "1/2"]) == 0
+    finally:
+        release.join()
+    assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 0
