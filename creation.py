@@ -209,7 +209,6 @@ def check_bounds(name: str, value, least, most, why: str) -> None:
 @dataclass(frozen=True)
 class Config:
     """Every knob of one dataset; each field is also the CLI flag of the same name."""
-
     n: int = knob(500, "images in the dataset", "dataset")
     seed: int = knob(0, "run seed, non-negative; sample i draws from SeedSequence(seed, spawn_key=(i,))", "dataset")
     min_loops: int = knob(5, "fewest loops in one image", "loops")
@@ -396,7 +395,6 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
     """Periodic cubic B-spline through the waypoints: num_points points (num_points, 2) and the radius of
     curvature, px, at check_points parameters, so a short loop is checked for tight bends as finely as a long one."""
     from scipy.interpolate import BSpline, splprep  # here, not at the top: --help, --merge and reruns draw no spline
-
     closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
     (knots, coefficients, degree), _ = splprep(closed.T, s=0, per=True, k=3)
     # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
@@ -423,7 +421,6 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
 @dataclass(frozen=True)
 class LoopShape:
     """What the budgeted default asks of one loop; its exact form is redrawn on every attempt."""
-
     perimeter: float  # px, met exactly by scaling
     waypoints: int  # ring waypoints before curls
     wiggle: float  # radial waypoint jitter, fraction of the waypoint spacing
@@ -609,8 +606,6 @@ RULES = {  # every traceability rule, in the order a check blames them, and what
 
 # numpy's fancy indexing takes a general, slow path for these two cases; the take and
 # compress methods give the same arrays faster (and skip the np.take wrapper's dispatch).
-
-
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
     """a[index] along the first axis."""
     return a.take(index, axis=0)
@@ -621,11 +616,6 @@ def rows_where(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return a.compress(mask, axis=0)
 
 
-def clamp(x: np.ndarray, low, high) -> np.ndarray:
-    """np.clip(x, low, high) without np.clip's per-call argument checks, which cost more than the work here."""
-    return np.minimum(np.maximum(x, low), high)
-
-
 def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
 
@@ -633,7 +623,6 @@ def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Segments:
     """Every segment of a set of loops, flattened; segment i runs start[i] -> end[i]."""
-
     start: np.ndarray  # (S, 2) px
     end: np.ndarray  # (S, 2) px
     loop: np.ndarray  # (S,) loop id
@@ -686,7 +675,6 @@ def concat_segments(parts: list[Segments]) -> Segments:
 @dataclass(frozen=True)
 class Crossings:
     """Crossings found so far; row c is where segments seg_a[c] and seg_b[c] cross."""
-
     point: np.ndarray  # (C, 2) px
     angle_deg: np.ndarray  # (C,) acute angle between the strands, degrees
     loop_a: np.ndarray  # (C,) loop ids, loop_a <= loop_b
@@ -750,7 +738,8 @@ def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def point_segment_distance(x, a, b) -> np.ndarray:
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
     axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
-    t = clamp((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0, 1.0)
+    # np.minimum of np.maximum, not np.clip: its per-call argument checks cost more than the work here.
+    t = np.minimum(np.maximum((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0), 1.0)
     return np.hypot(t * abx - axx, t * aby - axy)
 
 
@@ -810,12 +799,6 @@ def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarra
     return rows_where(pairs, near)
 
 
-def crossing_window_px(angle_deg: np.ndarray, gap_px: float, longest: float) -> np.ndarray:
-    """Arc around a crossing inside which its strands may be closer than gap_px: gap_px / sin(theta), with
-    room for bending (1.2) and one segment for where the crossing falls in its segment."""
-    return 1.2 * gap_px / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
-
-
 def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap_px: float,
                     longest: float) -> np.ndarray:
     """Which segment pairs (K, 2) lie inside no gap_px crossing window of their two strands.  (K,) bool"""
@@ -826,8 +809,10 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     swap = loop_u > loop_v
     u, v = np.where(swap, v, u), np.where(swap, u, v)
     loop_u, loop_v = np.minimum(loop_u, loop_v), np.maximum(loop_u, loop_v)
-    # (C, K) tables, a row per crossing: the crossings are the short axis.
-    window = crossing_window_px(crossings.angle_deg, gap_px, longest)[:, None]  # (C, 1)
+    # (C, K) tables, a row per crossing: the crossings are the short axis. A crossing's window is the arc round
+    # it where its strands may be closer than gap_px: gap_px / sin(theta), with room for bending (1.2), and one
+    # segment for where the crossing falls in its segment.
+    window = (1.2 * gap_px / np.sin(np.radians(np.maximum(crossings.angle_deg, 1.0))) + longest)[:, None]  # (C, 1)
     same_strands = (loop_u == crossings.loop_a[:, None]) & (loop_v == crossings.loop_b[:, None])
     arc_u, arc_v = rows_at(segs.arc, u), rows_at(segs.arc, v)
     perimeter_u, perimeter_v = rows_at(segs.perimeter, u), rows_at(segs.perimeter, v)
@@ -835,7 +820,6 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     def within(crossing_arc_u, crossing_arc_v):  # (C, K): both segments of a pair inside one crossing's window
         return ((arc_distance(arc_u, crossing_arc_u[:, None], perimeter_u) <= window)
                 & (arc_distance(arc_v, crossing_arc_v[:, None], perimeter_v) <= window))
-
     # A self-crossing's two sides are interchangeable, so try both orientations.
     inside = (within(crossings.arc_a, crossings.arc_b)
               | (crossings.is_self[:, None] & within(crossings.arc_b, crossings.arc_a)))
@@ -905,7 +889,6 @@ def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> 
     pairing their arc positions off: then they bound an eye.  (N, C)"""
     def along(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return arc_distance(a[new][:, None], b[None, :], crossings.perimeter_a[new][:, None])
-
     straight = np.maximum(along(crossings.arc_a, crossings.arc_a), along(crossings.arc_b, crossings.arc_b))
     swapped = np.maximum(along(crossings.arc_a, crossings.arc_b), along(crossings.arc_b, crossings.arc_a))
     return np.minimum(straight, swapped) <= LENS_ARC_RATIO * dist
@@ -980,7 +963,6 @@ def runs_too_long(runs_px: np.ndarray, cfg: Config) -> bool:
 class SegmentGrid:
     """Segment rows bucketed by the cell of their midpoint, row by row and framed by pad empty cells, so
     finding the segments near a point takes a few lookups and never runs off the table."""
-
     size: int  # canvas side, px
     pad: int  # empty cells framing the canvas's on every side
     first: np.ndarray  # (width**2 + 1,) where each cell's run starts in order
@@ -988,29 +970,23 @@ class SegmentGrid:
     mid: np.ndarray  # (S, 2) midpoints by segment row, px
 
     @property
-    def columns(self) -> int:
-        """Cells per row and per column of the canvas."""
-        return grid_columns(self.size)
+    def columns(self) -> int:  # cells per row and per column of the canvas
+        return int(self.size // GRID_CELL_PX) + 1
 
     @property
-    def width(self) -> int:
-        """Cells per row and per column of the table, frame included."""
+    def width(self) -> int:  # cells per row and per column of the table, frame included
         return self.columns + 2 * self.pad
-
-
-def grid_columns(size: int) -> int:
-    """Cells per row and per column of a canvas size px wide."""
-    return int(size // GRID_CELL_PX) + 1
 
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
     """Table index of the cell holding each point (points off the canvas count as on its edge).  (P,)"""
-    col, row = (clamp(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1) + pad).T
+    col, row = (np.minimum(np.maximum(np.floor(points / GRID_CELL_PX).astype(np.int64), 0), columns - 1) + pad).T
     return row * (columns + 2 * pad) + col
 
 
 def build_grid(mid: np.ndarray, size: int, pad: int) -> SegmentGrid:
-    columns = grid_columns(size)
+    columns = int(size // GRID_CELL_PX) + 1
+
     cell = grid_cells(mid, columns, pad)
     first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=(columns + 2 * pad)**2))])
     return SegmentGrid(size, pad, first, np.argsort(cell, kind="stable"), mid)
@@ -1069,7 +1045,6 @@ class PlacementError(RuntimeError):
 @dataclass(frozen=True)
 class Tangle:
     """Loops accepted so far, with their segments, a spatial index and their crossings."""
-
     loops: tuple[np.ndarray, ...]  # each (P, 2) px, P depending on the loop's length
     segs: Segments
     grid: SegmentGrid  # over segs
@@ -1088,7 +1063,6 @@ class Tangle:
 
 class ScreenedCrossings(NamedTuple):
     """One position's crossings with the tangle as the screen found them, for try_add_loop.  (H,) each"""
-
     segment: np.ndarray  # along the new loop
     row: np.ndarray  # of the tangle's segments
     point: np.ndarray  # (H, 2) px
@@ -1100,7 +1074,6 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     """Add a placed loop if it keeps every rule against itself and the loops so far (only pairs with the new
     loop are examined); screened holds its crossings with the tangle already found by screen_placements."""
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
-
     new = loop_segments(points, len(tangle.loops), cfg.bend_window)
     longest = max(tangle.longest, longest_segment(new))
     if screened is None:
@@ -1122,7 +1095,6 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     def pairs_within_new(radius: float) -> np.ndarray:
         found = new_tree.query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
         return separate_strand_pairs(segs, found, cfg)
-
     crossings = between + find_crossings(segs, pairs_within_new(longest))
     reason = first_broken(crossing_faults(crossings, tangle.crossings, cfg))
     if reason is not None:
@@ -1146,7 +1118,6 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
 @dataclass(frozen=True)
 class PlacementFaults:
     """What each of K translated copies of a loop does to the tangle, by the rules on crossings between loops."""
-
     crossings: np.ndarray  # (K,) crossings with the tangle
     crossing_rules: dict[str, np.ndarray]  # crossing_faults per copy, (K,) bool each; judged only within the budget
 
@@ -1169,7 +1140,6 @@ class PlacementFaults:
 @dataclass(frozen=True)
 class CopyCrossings:
     """The crossings the screen found for copies within the crossing budget, to hand on to try_add_loop.  (H,) each"""
-
     copy: np.ndarray
     segment: np.ndarray
     row: np.ndarray
@@ -1416,7 +1386,6 @@ def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Ima
     """The dataset image with each loop in its own colour, crossings ringed and self-crossings boxed; a pixel
     no loop or ring touches keeps its dataset value."""
     from PIL import ImageDraw  # here, not at the top: it loads ImageFont, and only --overlays draws rings
-
     rgb = np.asarray(image.convert("RGB")).astype(np.float32)
     for loop_id, points in enumerate(tangle.loops):
         colour = np.array(REVIEW_COLOURS[loop_id % len(REVIEW_COLOURS)], dtype=np.float32)
@@ -1434,7 +1403,6 @@ def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Ima
 def render_contact_sheet(thumbnails: list[Image.Image], captions: list[str], columns: int) -> Image.Image:
     """Thumbnails in a grid, each with its caption printed under it."""
     from PIL import ImageDraw, ImageFont  # here, not at the top: only --contact-sheet prints text
-
     side = thumbnails[0].width
     caption_px = 28
     rows = -(-len(thumbnails) // columns)
@@ -1558,13 +1526,11 @@ BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCE
 
 class DatasetError(RuntimeError):
     """The output folder cannot take this run as it is (another dataset, a missing sample, a pipe): exit 2."""
-
     status = 2
 
 
 class LiveRun(DatasetError):
     """Another run holds the folder's lock right now: exit 1, the same command later will do."""
-
     status = 1
 
     def __init__(self, out_dir: Path):
@@ -1574,7 +1540,6 @@ class LiveRun(DatasetError):
 @dataclass(frozen=True)
 class Shard:
     """Shard k of m takes every m-th index from k, so each shard gets a mix of counts."""
-
     k: int
     m: int
 
@@ -1789,7 +1754,6 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
         base, real = os.path.realpath(out_dir), os.path.realpath(path.parent)
         if real == base or real.startswith(base + os.sep):
             path.unlink(missing_ok=True)
-
     for path in sorted(state_path(out_dir, "records").glob("*.json")):
         record = read_json(path)
         image = record.get("image") if isinstance(record, dict) else None
@@ -1886,7 +1850,6 @@ class Terminated(KeyboardInterrupt):
 class StopRequest:
     """The stop signal a run received, kept because the exception its handler raises can be lost: one
     raised while a finalizer runs is printed and ignored. The run checks it again after each image."""
-
     stop: type[KeyboardInterrupt] | None = None
 
     def handle(self, signum, frame) -> None:
