@@ -196,16 +196,6 @@ BOUNDS = {
 }
 
 
-def check_bounds(name: str, value, least, most, why: str) -> None:
-    """Refuse a value outside [least, most], in one line naming the flag."""
-    if not value >= least:
-        bound = "above 0" if least == POSITIVE else f"at least {least:,}"
-        raise ValueError(f"{flag(name)} must be {bound}, got {value:,}")
-    if most is not None and value > most:
-        bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
-        raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
-
-
 @dataclass(frozen=True)
 class Config:
     """Every knob of one dataset; each field is also the CLI flag of the same name."""
@@ -262,7 +252,13 @@ class Config:
                     raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
                 object.__setattr__(self, field.name, value + 0.0)  # -0.0 reads as 0 but in numpy's bounds and data.json
         for name, (least, most, why) in BOUNDS.items():
-            check_bounds(name, getattr(self, name), least, most, why)
+            value = getattr(self, name)
+            if not value >= least:
+                bound = "above 0" if least == POSITIVE else f"at least {least:,}"
+                raise ValueError(f"{flag(name)} must be {bound}, got {value:,}")
+            if most is not None and value > most:
+                bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
+                raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
         if not self.original_shapes:
             unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
             if unused:
@@ -331,11 +327,8 @@ class Config:
 
     @property
     def self_arc_gap_px(self) -> float:
-        """Arc length below which two points of one loop count as the same strand.
-
-        With every bend at least min_curvature_radius, a loop cannot return within
-        min_gap of itself inside three gaps of arc, so nothing real is hidden.
-        """
+        """Arc below which two points of one loop are one strand: with every bend at least min_curvature_radius,
+        a loop cannot return within min_gap of itself inside three gaps of arc, so nothing real is hidden."""
         return 3.0 * self.min_gap
 
 
@@ -567,12 +560,6 @@ def placement_range(points: np.ndarray, cfg: Config) -> tuple[list[float], list[
     low = [cfg.interior_margin - xs.min(), cfg.interior_margin - ys.min()]
     high = [cfg.size - cfg.interior_margin - xs.max(), cfg.size - cfg.interior_margin - ys.max()]
     return None if low[0] > high[0] or low[1] > high[1] else (low, high)
-
-
-def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
-    """Shift a loop to a uniform position whose every point stays inside the margin."""
-    shifts = placement_range(points, cfg)
-    return None if shifts is None else points + rng.uniform(*shifts)
 
 
 # ---------------------------------------------------------------------------
@@ -1180,15 +1167,6 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     return PlacementFaults(crossings, per_copy), CopyCrossings(copy, segment, row, point, angle)
 
 
-def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The points moved by each offset.  (P, 2), (K, 2) in, (K, P, 2) out"""
-    copies = np.empty((len(offsets), len(points), 2))
-    # One coordinate at a time (the short axis; see the geometry section's head).
-    for axis in range(2):
-        copies[..., axis] = points[:, axis] + offsets[:, axis, None]
-    return copies
-
-
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
                       ) -> tuple[np.ndarray | None, ScreenedCrossings | None, str | None]:
     """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings pass: the loop
@@ -1201,7 +1179,9 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     bend_deg = loop_segments(placed, 0, cfg.bend_window).bend_deg
     batches = []
     for start, stop in itertools.pairwise(SCREEN_BATCH_ENDS):
-        tries = translated_copies(placed, offsets[start:stop])
+        tries = np.empty((stop - start, len(placed), 2))  # (K, P, 2): the loop moved by each offset
+        for axis in range(2):  # one coordinate at a time (the short axis; see the geometry section's head)
+            tries[..., axis] = placed[:, axis] + offsets[start:stop, axis, None]
         faults, hits = placement_faults(tangle, tries, bend_deg, room, cfg)
         allowed = faults.allowed(room)
         if allowed.any():
@@ -1224,10 +1204,10 @@ def draw_loop(cfg: Config, rng: np.random.Generator,
         points, curvature_radius = balanced_loop(shape, cfg, rng)
     if curvature_radius.min() < cfg.min_curvature_radius:
         return None, "curvature"
-    placed = place_in_canvas(points, cfg, rng)
-    if placed is None:
+    shifts = placement_range(points, cfg)  # to a uniform position whose every point stays inside the margin
+    if shifts is None:
         return None, "interior_margin"
-    return placed, None
+    return points + rng.uniform(*shifts), None
 
 
 def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
@@ -1271,25 +1251,9 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
 # Rendering: points in, PIL image out
 
 
-def ramp_palette() -> list[int]:
-    """256 colours on the line from ink to paper, indexed by tone (clipped at the ends)."""
-    tones = np.arange(256)[:, None]
-    frac = (tones - INK_TONE) / (PAPER_TONE - INK_TONE)
-    rgb = np.array(INK_RGB) + frac * (np.array(PAPER_RGB) - np.array(INK_RGB))
-    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8).ravel().tolist()
-
-
-PALETTE = ramp_palette()
-
-
-def pixel_window(reach_px: float) -> np.ndarray:
-    """Integer offsets (W, 2) from the pixel holding a point to every pixel whose centre may lie within reach_px of it."""
-    r = int(np.ceil(reach_px + 0.5))
-    ox, oy = np.meshgrid(np.arange(-r, r + 1), np.arange(-r, r + 1))
-    # The point sits anywhere inside its pixel, so a centre is up to half a pixel nearer per axis.
-    nearest = np.hypot(np.maximum(np.abs(ox) - 0.5, 0), np.maximum(np.abs(oy) - 0.5, 0))
-    keep = nearest <= reach_px
-    return np.column_stack([ox[keep], oy[keep]])
+# 256 colours on the line from ink to paper, indexed by tone (clipped at the ends).
+PALETTE = np.clip(np.rint(np.array(INK_RGB) + (np.arange(256)[:, None] - INK_TONE) / (PAPER_TONE - INK_TONE)
+                          * (np.array(PAPER_RGB) - np.array(INK_RGB))), 0, 255).astype(np.uint8).ravel().tolist()
 
 
 def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -1307,7 +1271,13 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     start = np.concatenate(loops)
     step = np.concatenate([next_points(p) for p in loops]) - start  # (S, 2)
     step_sq = np.maximum(np.einsum("ij,ij->i", step, step), 1e-12)
-    window = pixel_window(half + 0.5 + np.sqrt(step_sq.max()) / 2)  # (W, 2)
+    # Integer offsets (W, 2) from the pixel holding a segment's midpoint to every pixel whose centre may lie
+    # within reach of it; the midpoint sits anywhere in its pixel, so a centre is up to half a pixel nearer per axis.
+    reach_px = half + 0.5 + np.sqrt(step_sq.max()) / 2
+    r = int(np.ceil(reach_px + 0.5))
+    ox, oy = np.meshgrid(np.arange(-r, r + 1), np.arange(-r, r + 1))
+    keep = np.hypot(np.maximum(np.abs(ox) - 0.5, 0), np.maximum(np.abs(oy) - 0.5, 0)) <= reach_px
+    window = np.column_stack([ox[keep], oy[keep]])
     home = np.floor(start + step / 2)  # the pixel holding each segment's midpoint
     base = home + 0.5 - start  # from each segment's start to that pixel's centre
     # The window offsets are integers shared by every segment, so each (segment,
@@ -1431,10 +1401,6 @@ def image_name(index: int, n: int) -> str:
     return f"{IMAGES_DIR}/{TASK_NAME}_{index:0{width}d}.png"
 
 
-def overlay_name(index: int, n: int) -> str:
-    return f"{REVIEW_DIR}/overlays/{Path(image_name(index, n)).name}"
-
-
 def scene_name(index: int, n: int) -> str:
     return f"{SCENES_DIR}/{Path(image_name(index, n)).stem}.json"
 
@@ -1478,16 +1444,6 @@ def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:
     """The fields of a sample's record that follow from the config and the index alone, in record order."""
     return {"image": image_name(index, cfg.n), "width": cfg.size, "height": cfg.size, "num_loops": num_loops,
             "question": QUESTION, "answer": num_loops, "index": index, "seed": cfg.seed}
-
-
-def record_fits(cfg: Config, record) -> bool:
-    """Whether a record from disk says what this config makes of its index in every field known without
-    drawing: an edited or foreign record is not kept."""
-    index = record.get("index") if isinstance(record, dict) else None
-    if type(index) is not int or not 0 <= index < cfg.n:  # True would pass isinstance(index, int)
-        return False
-    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    return all(type(record.get(key)) is type(value) and record.get(key) == value for key, value in fixed.items())
 
 
 def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
@@ -1646,9 +1602,13 @@ def scene_matches(path: Path, record: dict) -> bool:
 
 
 def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = True) -> dict | None:
-    """Sample index's record if it is on disk, fits the config and (checked) its image has the recorded pixels."""
+    """Sample index's record if it is on disk, says what this config makes of the index in every field known
+    without drawing (an edited or foreign record is not kept) and (checked) its image has the recorded pixels."""
     record = read_json(record_path(out_dir, index, cfg.n))
-    if not (record_fits(cfg, record) and record["index"] == index):
+    if not (isinstance(record, dict) and same_value(record.get("index"), index)):  # True is not the index 1
+        return None
+    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
+    if not all(same_value(record.get(key), value) for key, value in fixed.items()):
         return None
     if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
         return None
@@ -1682,17 +1642,6 @@ def check_output_folder(out_dir: Path) -> None:
         if not (stat.S_ISDIR if what == "folder" else stat.S_ISREG)(mode):
             raise DatasetError(f"{path} is {kind_of(path)}, not a {what}, and the run writes a {what} of that "
                                "name: move it away")
-
-
-def make_output_folder(out_dir: Path) -> None:
-    """Make out_dir and its run's folders; a failure due to the path itself is bad input (exit 2)."""
-    try:
-        state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
-        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
-    except OSError as error:
-        if error.errno not in BAD_FOLDER_ERRNOS:  # a full or failing disk is no fault of the flag's value
-            raise
-        raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
 
 
 def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
@@ -1790,7 +1739,14 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
     check_split(None if replace else found, shard, out_dir)
-    make_output_folder(out_dir)
+    try:
+        state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
+        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
+    except OSError as error:  # a failure due to the path itself is bad input; a full or failing disk is not
+        if error.errno not in BAD_FOLDER_ERRNOS:
+            raise
+        raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
+
     alone = shard == WHOLE_RUN or overwrite
     run = {**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})}
     run_path = state_path(out_dir, RUN_FILE)
@@ -1931,7 +1887,8 @@ def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
     cfg, index, out, overlays, scenes = job
     out_dir = Path(out)
     record = finished_record(cfg, out_dir, index)
-    overlay_path, scene_path = out_dir / overlay_name(index, cfg.n), out_dir / scene_name(index, cfg.n)
+    overlay_path = out_dir / REVIEW_DIR / "overlays" / Path(image_name(index, cfg.n)).name
+    scene_path = out_dir / scene_name(index, cfg.n)
     keep = record is not None
     need_overlay = overlays and not (keep and png_tag(overlay_path) == record["pixel_sha256"])
     need_scene = scenes and not (keep and scene_matches(scene_path, record))
