@@ -469,20 +469,16 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
         curls[chosen] += 1
         ring_gaps[chosen] -= CURL_ARC_GAPS
     waypoints = np.maximum(np.rint(ring_gaps - INNER_CURL_ARC_GAPS * nested), cfg.min_waypoints)
-    caps = crossing_caps(cfg, rng, total / (scale * BALANCED_REFERENCE_SIDE_PX), perimeters)
-    return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap), int(m))
-                 for p, k, c, cap, m in zip(perimeters, waypoints, curls, caps, nested))
-
-
-def crossing_caps(cfg: Config, rng: np.random.Generator, relative_length: float,
-                  perimeters: np.ndarray) -> np.ndarray:
-    """Most crossings between different loops once each loop is placed, in placement order.  (N,)
-    What min_loops loops make, plus the curls each loop above them no longer carries, so the total is free of N."""
+    # Most crossings between different loops once each is placed, in placement order: what min_loops loops
+    # make, plus the curls each loop above them no longer carries, so the total is free of N.  (N,)
+    relative_length = total / (scale * BALANCED_REFERENCE_SIDE_PX)
     budget = (rng.uniform(*BALANCED_CROSSING_DENSITY) * relative_length**2
               + CURLS_PER_MISSING_LOOP * (len(perimeters) - cfg.min_loops))
     with_earlier = perimeters * (np.cumsum(perimeters) - perimeters)  # (N,)
     share = np.cumsum(with_earlier) / with_earlier.sum()
-    return np.maximum(budget * share, 2 * np.arange(len(perimeters))) + CROSSING_SLACK
+    caps = np.maximum(budget * share, 2 * np.arange(len(perimeters))) + CROSSING_SLACK
+    return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap), int(m))
+                 for p, k, c, cap, m in zip(perimeters, waypoints, curls, caps, nested))
 
 
 def perimeter_shares(total: float, num_loops: int, scale: float, rng: np.random.Generator) -> np.ndarray:
@@ -1616,8 +1612,6 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
 
 
 # -- The folder: checks, the lock, the identity
-
-
 def check_output_folder(out_dir: Path) -> None:
     """Refuse an --out that is or lies under a file, links to nothing, is read-only or is an export."""
     if out_dir.is_symlink() and not out_dir.exists():
@@ -1780,8 +1774,6 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
 
 
 # -- Workers and the dataset files
-
-
 def worker_signals(parent_pid: int) -> None:
     """Worker start-up: the parent alone handles Ctrl-C (it reaches the whole process group) and lets the
     running images finish; SIGTERM ends a worker, as the pool expects; the worker dies with its parent."""
@@ -1879,8 +1871,6 @@ def command_number(value: float) -> str:
 
 
 # -- Drawing and collecting
-
-
 def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
     """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record.
     Returns whether the image was drawn. A missing overlay or scene is drawn from the regenerated geometry."""
