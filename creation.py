@@ -196,20 +196,9 @@ BOUNDS = {
 }
 
 
-def check_bounds(name: str, value, least, most, why: str) -> None:
-    """Refuse a value outside [least, most], in one line naming the flag."""
-    if not value >= least:
-        bound = "above 0" if least == POSITIVE else f"at least {least:,}"
-        raise ValueError(f"{flag(name)} must be {bound}, got {value:,}")
-    if most is not None and value > most:
-        bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
-        raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
-
-
 @dataclass(frozen=True)
 class Config:
     """Every knob of one dataset; each field is also the CLI flag of the same name."""
-
     n: int = knob(500, "images in the dataset", "dataset")
     seed: int = knob(0, "run seed, non-negative; sample i draws from SeedSequence(seed, spawn_key=(i,))", "dataset")
     min_loops: int = knob(5, "fewest loops in one image", "loops")
@@ -263,7 +252,13 @@ class Config:
                     raise ValueError(f"{flag(field.name)} must be a finite number, got {value}")
                 object.__setattr__(self, field.name, value + 0.0)  # -0.0 reads as 0 but in numpy's bounds and data.json
         for name, (least, most, why) in BOUNDS.items():
-            check_bounds(name, getattr(self, name), least, most, why)
+            value = getattr(self, name)
+            if not value >= least:
+                bound = "above 0" if least == POSITIVE else f"at least {least:,}"
+                raise ValueError(f"{flag(name)} must be {bound}, got {value:,}")
+            if most is not None and value > most:
+                bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
+                raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
         if not self.original_shapes:
             unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
             if unused:
@@ -332,11 +327,8 @@ class Config:
 
     @property
     def self_arc_gap_px(self) -> float:
-        """Arc length below which two points of one loop count as the same strand.
-
-        With every bend at least min_curvature_radius, a loop cannot return within
-        min_gap of itself inside three gaps of arc, so nothing real is hidden.
-        """
+        """Arc below which two points of one loop are one strand: with every bend at least min_curvature_radius,
+        a loop cannot return within min_gap of itself inside three gaps of arc, so nothing real is hidden."""
         return 3.0 * self.min_gap
 
 
@@ -396,7 +388,6 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
     """Periodic cubic B-spline through the waypoints: num_points points (num_points, 2) and the radius of
     curvature, px, at check_points parameters, so a short loop is checked for tight bends as finely as a long one."""
     from scipy.interpolate import BSpline, splprep  # here, not at the top: --help, --merge and reruns draw no spline
-
     closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
     (knots, coefficients, degree), _ = splprep(closed.T, s=0, per=True, k=3)
     # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
@@ -423,7 +414,6 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
 @dataclass(frozen=True)
 class LoopShape:
     """What the budgeted default asks of one loop; its exact form is redrawn on every attempt."""
-
     perimeter: float  # px, met exactly by scaling
     waypoints: int  # ring waypoints before curls
     wiggle: float  # radial waypoint jitter, fraction of the waypoint spacing
@@ -479,20 +469,16 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
         curls[chosen] += 1
         ring_gaps[chosen] -= CURL_ARC_GAPS
     waypoints = np.maximum(np.rint(ring_gaps - INNER_CURL_ARC_GAPS * nested), cfg.min_waypoints)
-    caps = crossing_caps(cfg, rng, total / (scale * BALANCED_REFERENCE_SIDE_PX), perimeters)
-    return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap), int(m))
-                 for p, k, c, cap, m in zip(perimeters, waypoints, curls, caps, nested))
-
-
-def crossing_caps(cfg: Config, rng: np.random.Generator, relative_length: float,
-                  perimeters: np.ndarray) -> np.ndarray:
-    """Most crossings between different loops once each loop is placed, in placement order.  (N,)
-    What min_loops loops make, plus the curls each loop above them no longer carries, so the total is free of N."""
+    # Most crossings between different loops once each is placed, in placement order: what min_loops loops
+    # make, plus the curls each loop above them no longer carries, so the total is free of N.  (N,)
+    relative_length = total / (scale * BALANCED_REFERENCE_SIDE_PX)
     budget = (rng.uniform(*BALANCED_CROSSING_DENSITY) * relative_length**2
               + CURLS_PER_MISSING_LOOP * (len(perimeters) - cfg.min_loops))
     with_earlier = perimeters * (np.cumsum(perimeters) - perimeters)  # (N,)
     share = np.cumsum(with_earlier) / with_earlier.sum()
-    return np.maximum(budget * share, 2 * np.arange(len(perimeters))) + CROSSING_SLACK
+    caps = np.maximum(budget * share, 2 * np.arange(len(perimeters))) + CROSSING_SLACK
+    return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap), int(m))
+                 for p, k, c, cap, m in zip(perimeters, waypoints, curls, caps, nested))
 
 
 def perimeter_shares(total: float, num_loops: int, scale: float, rng: np.random.Generator) -> np.ndarray:
@@ -572,12 +558,6 @@ def placement_range(points: np.ndarray, cfg: Config) -> tuple[list[float], list[
     return None if low[0] > high[0] or low[1] > high[1] else (low, high)
 
 
-def place_in_canvas(points: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray | None:
-    """Shift a loop to a uniform position whose every point stays inside the margin."""
-    shifts = placement_range(points, cfg)
-    return None if shifts is None else points + rng.uniform(*shifts)
-
-
 # ---------------------------------------------------------------------------
 # Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles,
 # parallel stretches, curl size)
@@ -609,8 +589,6 @@ RULES = {  # every traceability rule, in the order a check blames them, and what
 
 # numpy's fancy indexing takes a general, slow path for these two cases; the take and
 # compress methods give the same arrays faster (and skip the np.take wrapper's dispatch).
-
-
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
     """a[index] along the first axis."""
     return a.take(index, axis=0)
@@ -621,11 +599,6 @@ def rows_where(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return a.compress(mask, axis=0)
 
 
-def clamp(x: np.ndarray, low, high) -> np.ndarray:
-    """np.clip(x, low, high) without np.clip's per-call argument checks, which cost more than the work here."""
-    return np.minimum(np.maximum(x, low), high)
-
-
 def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
 
@@ -633,7 +606,6 @@ def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Segments:
     """Every segment of a set of loops, flattened; segment i runs start[i] -> end[i]."""
-
     start: np.ndarray  # (S, 2) px
     end: np.ndarray  # (S, 2) px
     loop: np.ndarray  # (S,) loop id
@@ -686,7 +658,6 @@ def concat_segments(parts: list[Segments]) -> Segments:
 @dataclass(frozen=True)
 class Crossings:
     """Crossings found so far; row c is where segments seg_a[c] and seg_b[c] cross."""
-
     point: np.ndarray  # (C, 2) px
     angle_deg: np.ndarray  # (C,) acute angle between the strands, degrees
     loop_a: np.ndarray  # (C,) loop ids, loop_a <= loop_b
@@ -750,7 +721,8 @@ def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def point_segment_distance(x, a, b) -> np.ndarray:
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
     axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
-    t = clamp((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0, 1.0)
+    # np.minimum of np.maximum, not np.clip: its per-call argument checks cost more than the work here.
+    t = np.minimum(np.maximum((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0), 1.0)
     return np.hypot(t * abx - axx, t * aby - axy)
 
 
@@ -810,12 +782,6 @@ def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarra
     return rows_where(pairs, near)
 
 
-def crossing_window_px(angle_deg: np.ndarray, gap_px: float, longest: float) -> np.ndarray:
-    """Arc around a crossing inside which its strands may be closer than gap_px: gap_px / sin(theta), with
-    room for bending (1.2) and one segment for where the crossing falls in its segment."""
-    return 1.2 * gap_px / np.sin(np.radians(np.maximum(angle_deg, 1.0))) + longest
-
-
 def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap_px: float,
                     longest: float) -> np.ndarray:
     """Which segment pairs (K, 2) lie inside no gap_px crossing window of their two strands.  (K,) bool"""
@@ -826,8 +792,10 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     swap = loop_u > loop_v
     u, v = np.where(swap, v, u), np.where(swap, u, v)
     loop_u, loop_v = np.minimum(loop_u, loop_v), np.maximum(loop_u, loop_v)
-    # (C, K) tables, a row per crossing: the crossings are the short axis.
-    window = crossing_window_px(crossings.angle_deg, gap_px, longest)[:, None]  # (C, 1)
+    # (C, K) tables, a row per crossing: the crossings are the short axis. A crossing's window is the arc round
+    # it where its strands may be closer than gap_px: gap_px / sin(theta), with room for bending (1.2), and one
+    # segment for where the crossing falls in its segment.
+    window = (1.2 * gap_px / np.sin(np.radians(np.maximum(crossings.angle_deg, 1.0))) + longest)[:, None]  # (C, 1)
     same_strands = (loop_u == crossings.loop_a[:, None]) & (loop_v == crossings.loop_b[:, None])
     arc_u, arc_v = rows_at(segs.arc, u), rows_at(segs.arc, v)
     perimeter_u, perimeter_v = rows_at(segs.perimeter, u), rows_at(segs.perimeter, v)
@@ -835,7 +803,6 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     def within(crossing_arc_u, crossing_arc_v):  # (C, K): both segments of a pair inside one crossing's window
         return ((arc_distance(arc_u, crossing_arc_u[:, None], perimeter_u) <= window)
                 & (arc_distance(arc_v, crossing_arc_v[:, None], perimeter_v) <= window))
-
     # A self-crossing's two sides are interchangeable, so try both orientations.
     inside = (within(crossings.arc_a, crossings.arc_b)
               | (crossings.is_self[:, None] & within(crossings.arc_b, crossings.arc_a)))
@@ -905,7 +872,6 @@ def joined_by_short_arcs(crossings: Crossings, new: slice, dist: np.ndarray) -> 
     pairing their arc positions off: then they bound an eye.  (N, C)"""
     def along(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return arc_distance(a[new][:, None], b[None, :], crossings.perimeter_a[new][:, None])
-
     straight = np.maximum(along(crossings.arc_a, crossings.arc_a), along(crossings.arc_b, crossings.arc_b))
     swapped = np.maximum(along(crossings.arc_a, crossings.arc_b), along(crossings.arc_b, crossings.arc_a))
     return np.minimum(straight, swapped) <= LENS_ARC_RATIO * dist
@@ -980,7 +946,6 @@ def runs_too_long(runs_px: np.ndarray, cfg: Config) -> bool:
 class SegmentGrid:
     """Segment rows bucketed by the cell of their midpoint, row by row and framed by pad empty cells, so
     finding the segments near a point takes a few lookups and never runs off the table."""
-
     size: int  # canvas side, px
     pad: int  # empty cells framing the canvas's on every side
     first: np.ndarray  # (width**2 + 1,) where each cell's run starts in order
@@ -988,29 +953,23 @@ class SegmentGrid:
     mid: np.ndarray  # (S, 2) midpoints by segment row, px
 
     @property
-    def columns(self) -> int:
-        """Cells per row and per column of the canvas."""
-        return grid_columns(self.size)
+    def columns(self) -> int:  # cells per row and per column of the canvas
+        return int(self.size // GRID_CELL_PX) + 1
 
     @property
-    def width(self) -> int:
-        """Cells per row and per column of the table, frame included."""
+    def width(self) -> int:  # cells per row and per column of the table, frame included
         return self.columns + 2 * self.pad
-
-
-def grid_columns(size: int) -> int:
-    """Cells per row and per column of a canvas size px wide."""
-    return int(size // GRID_CELL_PX) + 1
 
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
     """Table index of the cell holding each point (points off the canvas count as on its edge).  (P,)"""
-    col, row = (clamp(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1) + pad).T
+    col, row = (np.minimum(np.maximum(np.floor(points / GRID_CELL_PX).astype(np.int64), 0), columns - 1) + pad).T
     return row * (columns + 2 * pad) + col
 
 
 def build_grid(mid: np.ndarray, size: int, pad: int) -> SegmentGrid:
-    columns = grid_columns(size)
+    columns = int(size // GRID_CELL_PX) + 1
+
     cell = grid_cells(mid, columns, pad)
     first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=(columns + 2 * pad)**2))])
     return SegmentGrid(size, pad, first, np.argsort(cell, kind="stable"), mid)
@@ -1069,7 +1028,6 @@ class PlacementError(RuntimeError):
 @dataclass(frozen=True)
 class Tangle:
     """Loops accepted so far, with their segments, a spatial index and their crossings."""
-
     loops: tuple[np.ndarray, ...]  # each (P, 2) px, P depending on the loop's length
     segs: Segments
     grid: SegmentGrid  # over segs
@@ -1088,7 +1046,6 @@ class Tangle:
 
 class ScreenedCrossings(NamedTuple):
     """One position's crossings with the tangle as the screen found them, for try_add_loop.  (H,) each"""
-
     segment: np.ndarray  # along the new loop
     row: np.ndarray  # of the tangle's segments
     point: np.ndarray  # (H, 2) px
@@ -1100,7 +1057,6 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     """Add a placed loop if it keeps every rule against itself and the loops so far (only pairs with the new
     loop are examined); screened holds its crossings with the tangle already found by screen_placements."""
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
-
     new = loop_segments(points, len(tangle.loops), cfg.bend_window)
     longest = max(tangle.longest, longest_segment(new))
     if screened is None:
@@ -1122,7 +1078,6 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     def pairs_within_new(radius: float) -> np.ndarray:
         found = new_tree.query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
         return separate_strand_pairs(segs, found, cfg)
-
     crossings = between + find_crossings(segs, pairs_within_new(longest))
     reason = first_broken(crossing_faults(crossings, tangle.crossings, cfg))
     if reason is not None:
@@ -1146,7 +1101,6 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
 @dataclass(frozen=True)
 class PlacementFaults:
     """What each of K translated copies of a loop does to the tangle, by the rules on crossings between loops."""
-
     crossings: np.ndarray  # (K,) crossings with the tangle
     crossing_rules: dict[str, np.ndarray]  # crossing_faults per copy, (K,) bool each; judged only within the budget
 
@@ -1169,7 +1123,6 @@ class PlacementFaults:
 @dataclass(frozen=True)
 class CopyCrossings:
     """The crossings the screen found for copies within the crossing budget, to hand on to try_add_loop.  (H,) each"""
-
     copy: np.ndarray
     segment: np.ndarray
     row: np.ndarray
@@ -1210,15 +1163,6 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     return PlacementFaults(crossings, per_copy), CopyCrossings(copy, segment, row, point, angle)
 
 
-def translated_copies(points: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """The points moved by each offset.  (P, 2), (K, 2) in, (K, P, 2) out"""
-    copies = np.empty((len(offsets), len(points), 2))
-    # One coordinate at a time (the short axis; see the geometry section's head).
-    for axis in range(2):
-        copies[..., axis] = points[:, axis] + offsets[:, axis, None]
-    return copies
-
-
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
                       ) -> tuple[np.ndarray | None, ScreenedCrossings | None, str | None]:
     """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings pass: the loop
@@ -1231,7 +1175,9 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     bend_deg = loop_segments(placed, 0, cfg.bend_window).bend_deg
     batches = []
     for start, stop in itertools.pairwise(SCREEN_BATCH_ENDS):
-        tries = translated_copies(placed, offsets[start:stop])
+        tries = np.empty((stop - start, len(placed), 2))  # (K, P, 2): the loop moved by each offset
+        for axis in range(2):  # one coordinate at a time (the short axis; see the geometry section's head)
+            tries[..., axis] = placed[:, axis] + offsets[start:stop, axis, None]
         faults, hits = placement_faults(tangle, tries, bend_deg, room, cfg)
         allowed = faults.allowed(room)
         if allowed.any():
@@ -1254,10 +1200,10 @@ def draw_loop(cfg: Config, rng: np.random.Generator,
         points, curvature_radius = balanced_loop(shape, cfg, rng)
     if curvature_radius.min() < cfg.min_curvature_radius:
         return None, "curvature"
-    placed = place_in_canvas(points, cfg, rng)
-    if placed is None:
+    shifts = placement_range(points, cfg)  # to a uniform position whose every point stays inside the margin
+    if shifts is None:
         return None, "interior_margin"
-    return placed, None
+    return points + rng.uniform(*shifts), None
 
 
 def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
@@ -1301,25 +1247,9 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
 # Rendering: points in, PIL image out
 
 
-def ramp_palette() -> list[int]:
-    """256 colours on the line from ink to paper, indexed by tone (clipped at the ends)."""
-    tones = np.arange(256)[:, None]
-    frac = (tones - INK_TONE) / (PAPER_TONE - INK_TONE)
-    rgb = np.array(INK_RGB) + frac * (np.array(PAPER_RGB) - np.array(INK_RGB))
-    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8).ravel().tolist()
-
-
-PALETTE = ramp_palette()
-
-
-def pixel_window(reach_px: float) -> np.ndarray:
-    """Integer offsets (W, 2) from the pixel holding a point to every pixel whose centre may lie within reach_px of it."""
-    r = int(np.ceil(reach_px + 0.5))
-    ox, oy = np.meshgrid(np.arange(-r, r + 1), np.arange(-r, r + 1))
-    # The point sits anywhere inside its pixel, so a centre is up to half a pixel nearer per axis.
-    nearest = np.hypot(np.maximum(np.abs(ox) - 0.5, 0), np.maximum(np.abs(oy) - 0.5, 0))
-    keep = nearest <= reach_px
-    return np.column_stack([ox[keep], oy[keep]])
+# 256 colours on the line from ink to paper, indexed by tone (clipped at the ends).
+PALETTE = np.clip(np.rint(np.array(INK_RGB) + (np.arange(256)[:, None] - INK_TONE) / (PAPER_TONE - INK_TONE)
+                          * (np.array(PAPER_RGB) - np.array(INK_RGB))), 0, 255).astype(np.uint8).ravel().tolist()
 
 
 def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -1337,7 +1267,13 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     start = np.concatenate(loops)
     step = np.concatenate([next_points(p) for p in loops]) - start  # (S, 2)
     step_sq = np.maximum(np.einsum("ij,ij->i", step, step), 1e-12)
-    window = pixel_window(half + 0.5 + np.sqrt(step_sq.max()) / 2)  # (W, 2)
+    # Integer offsets (W, 2) from the pixel holding a segment's midpoint to every pixel whose centre may lie
+    # within reach of it; the midpoint sits anywhere in its pixel, so a centre is up to half a pixel nearer per axis.
+    reach_px = half + 0.5 + np.sqrt(step_sq.max()) / 2
+    r = int(np.ceil(reach_px + 0.5))
+    ox, oy = np.meshgrid(np.arange(-r, r + 1), np.arange(-r, r + 1))
+    keep = np.hypot(np.maximum(np.abs(ox) - 0.5, 0), np.maximum(np.abs(oy) - 0.5, 0)) <= reach_px
+    window = np.column_stack([ox[keep], oy[keep]])
     home = np.floor(start + step / 2)  # the pixel holding each segment's midpoint
     base = home + 0.5 - start  # from each segment's start to that pixel's centre
     # The window offsets are integers shared by every segment, so each (segment,
@@ -1416,7 +1352,6 @@ def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Ima
     """The dataset image with each loop in its own colour, crossings ringed and self-crossings boxed; a pixel
     no loop or ring touches keeps its dataset value."""
     from PIL import ImageDraw  # here, not at the top: it loads ImageFont, and only --overlays draws rings
-
     rgb = np.asarray(image.convert("RGB")).astype(np.float32)
     for loop_id, points in enumerate(tangle.loops):
         colour = np.array(REVIEW_COLOURS[loop_id % len(REVIEW_COLOURS)], dtype=np.float32)
@@ -1434,7 +1369,6 @@ def render_overlay(image: Image.Image, tangle: Tangle, cfg: Config) -> Image.Ima
 def render_contact_sheet(thumbnails: list[Image.Image], captions: list[str], columns: int) -> Image.Image:
     """Thumbnails in a grid, each with its caption printed under it."""
     from PIL import ImageDraw, ImageFont  # here, not at the top: only --contact-sheet prints text
-
     side = thumbnails[0].width
     caption_px = 28
     rows = -(-len(thumbnails) // columns)
@@ -1461,10 +1395,6 @@ def sample_rng(cfg: Config, index: int) -> np.random.Generator:
 def image_name(index: int, n: int) -> str:
     width = max(5, len(str(n - 1)))
     return f"{IMAGES_DIR}/{TASK_NAME}_{index:0{width}d}.png"
-
-
-def overlay_name(index: int, n: int) -> str:
-    return f"{REVIEW_DIR}/overlays/{Path(image_name(index, n)).name}"
 
 
 def scene_name(index: int, n: int) -> str:
@@ -1512,16 +1442,6 @@ def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:
             "question": QUESTION, "answer": num_loops, "index": index, "seed": cfg.seed}
 
 
-def record_fits(cfg: Config, record) -> bool:
-    """Whether a record from disk says what this config makes of its index in every field known without
-    drawing: an edited or foreign record is not kept."""
-    index = record.get("index") if isinstance(record, dict) else None
-    if type(index) is not int or not 0 <= index < cfg.n:  # True would pass isinstance(index, int)
-        return False
-    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    return all(type(record.get(key)) is type(value) and record.get(key) == value for key, value in fixed.items())
-
-
 def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
     """The image, its annotation record and its geometry for sample `index`."""
     rng = sample_rng(cfg, index)
@@ -1558,13 +1478,11 @@ BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCE
 
 class DatasetError(RuntimeError):
     """The output folder cannot take this run as it is (another dataset, a missing sample, a pipe): exit 2."""
-
     status = 2
 
 
 class LiveRun(DatasetError):
     """Another run holds the folder's lock right now: exit 1, the same command later will do."""
-
     status = 1
 
     def __init__(self, out_dir: Path):
@@ -1574,7 +1492,6 @@ class LiveRun(DatasetError):
 @dataclass(frozen=True)
 class Shard:
     """Shard k of m takes every m-th index from k, so each shard gets a mix of counts."""
-
     k: int
     m: int
 
@@ -1681,9 +1598,13 @@ def scene_matches(path: Path, record: dict) -> bool:
 
 
 def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = True) -> dict | None:
-    """Sample index's record if it is on disk, fits the config and (checked) its image has the recorded pixels."""
+    """Sample index's record if it is on disk, says what this config makes of the index in every field known
+    without drawing (an edited or foreign record is not kept) and (checked) its image has the recorded pixels."""
     record = read_json(record_path(out_dir, index, cfg.n))
-    if not (record_fits(cfg, record) and record["index"] == index):
+    if not (isinstance(record, dict) and same_value(record.get("index"), index)):  # True is not the index 1
+        return None
+    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
+    if not all(same_value(record.get(key), value) for key, value in fixed.items()):
         return None
     if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
         return None
@@ -1691,8 +1612,6 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
 
 
 # -- The folder: checks, the lock, the identity
-
-
 def check_output_folder(out_dir: Path) -> None:
     """Refuse an --out that is or lies under a file, links to nothing, is read-only or is an export."""
     if out_dir.is_symlink() and not out_dir.exists():
@@ -1717,17 +1636,6 @@ def check_output_folder(out_dir: Path) -> None:
         if not (stat.S_ISDIR if what == "folder" else stat.S_ISREG)(mode):
             raise DatasetError(f"{path} is {kind_of(path)}, not a {what}, and the run writes a {what} of that "
                                "name: move it away")
-
-
-def make_output_folder(out_dir: Path) -> None:
-    """Make out_dir and its run's folders; a failure due to the path itself is bad input (exit 2)."""
-    try:
-        state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
-        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
-    except OSError as error:
-        if error.errno not in BAD_FOLDER_ERRNOS:  # a full or failing disk is no fault of the flag's value
-            raise
-        raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
 
 
 def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
@@ -1789,7 +1697,6 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
         base, real = os.path.realpath(out_dir), os.path.realpath(path.parent)
         if real == base or real.startswith(base + os.sep):
             path.unlink(missing_ok=True)
-
     for path in sorted(state_path(out_dir, "records").glob("*.json")):
         record = read_json(path)
         image = record.get("image") if isinstance(record, dict) else None
@@ -1826,7 +1733,14 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
     if refusal is not None and not overwrite:
         raise DatasetError(refusal)
     check_split(None if replace else found, shard, out_dir)
-    make_output_folder(out_dir)
+    try:
+        state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
+        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
+    except OSError as error:  # a failure due to the path itself is bad input; a full or failing disk is not
+        if error.errno not in BAD_FOLDER_ERRNOS:
+            raise
+        raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
+
     alone = shard == WHOLE_RUN or overwrite
     run = {**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})}
     run_path = state_path(out_dir, RUN_FILE)
@@ -1860,8 +1774,6 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
 
 
 # -- Workers and the dataset files
-
-
 def worker_signals(parent_pid: int) -> None:
     """Worker start-up: the parent alone handles Ctrl-C (it reaches the whole process group) and lets the
     running images finish; SIGTERM ends a worker, as the pool expects; the worker dies with its parent."""
@@ -1886,7 +1798,6 @@ class Terminated(KeyboardInterrupt):
 class StopRequest:
     """The stop signal a run received, kept because the exception its handler raises can be lost: one
     raised while a finalizer runs is printed and ignored. The run checks it again after each image."""
-
     stop: type[KeyboardInterrupt] | None = None
 
     def handle(self, signum, frame) -> None:
@@ -1960,15 +1871,14 @@ def command_number(value: float) -> str:
 
 
 # -- Drawing and collecting
-
-
 def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
     """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record.
     Returns whether the image was drawn. A missing overlay or scene is drawn from the regenerated geometry."""
     cfg, index, out, overlays, scenes = job
     out_dir = Path(out)
     record = finished_record(cfg, out_dir, index)
-    overlay_path, scene_path = out_dir / overlay_name(index, cfg.n), out_dir / scene_name(index, cfg.n)
+    overlay_path = out_dir / REVIEW_DIR / "overlays" / Path(image_name(index, cfg.n)).name
+    scene_path = out_dir / scene_name(index, cfg.n)
     keep = record is not None
     need_overlay = overlays and not (keep and png_tag(overlay_path) == record["pixel_sha256"])
     need_scene = scenes and not (keep and scene_matches(scene_path, record))
