@@ -1706,7 +1706,7 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
             if scene_matches(scene, record):
                 remove(scene)
             overlay = out_dir / REVIEW_DIR / "overlays" / name
-            if png_tag(overlay) == sha:
+            if sha is not None and png_tag(overlay) == sha:  # an untagged PNG is a user's, whatever the record
                 remove(overlay)
             if image_matches(out_dir / image, sha):
                 remove(out_dir / image)

@@ -1011,3 +1011,20 @@ def test_a_shard_run_waits_out_another_shard_run_clearing_its_temporaries(tmp_pa
     finally:
         release.join()
     assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 0
+
+
+def test_overwrite_keeps_an_untagged_overlay_beside_a_record_without_its_hash(tmp_path, monkeypatch):
+    """A damaged record with no pixel_sha256 must not make an untagged PNG at its overlay path look like ours."""
+    monkeypatch.setattr(creation, "make_sample", cheap_sample)
+    args = ["--n", "4", "--seed", "3", "--out", str(tmp_path), "--quiet", "--workers", "1"]
+    assert creation.main(args) == 0
+    record_file = sorted(records(tmp_path).glob("*.json"))[0]
+    record = json.loads(record_file.read_text())
+    del record["pixel_sha256"]
+    record_file.write_text(json.dumps(record))
+    overlay = tmp_path / "review" / "overlays" / Path(record["image"]).name
+    overlay.parent.mkdir(parents=True)
+    Image.new("L", (8, 8), 200).save(overlay)  # a user's PNG: no tag
+    assert creation.main(["--n", "3", "--seed", "4", "--out", str(tmp_path), "--quiet", "--workers", "1",
+                          "--overwrite"]) == 0
+    assert overlay.exists()
