@@ -80,28 +80,15 @@ def docked_screen(tangle, placed, cfg, rng, shape):
 
 
 def place(cfg, rng, shapes):
-    redraws = Counter()
-    for _ in range(cfg.sample_restarts):
-        tangle = C.Tangle.empty(cfg)
-        while len(tangle.loops) < len(shapes):
-            shape = shapes[len(tangle.loops)]
-            for _ in range(cfg.loop_attempts):
-                candidate, reason = C.draw_loop(cfg, rng, shape)
-                screened = None
-                if candidate is not None and tangle.loops:
-                    candidate, screened, reason = docked_screen(tangle, candidate, cfg, rng, shape)
-                if candidate is not None:
-                    added, reason = C.try_add_loop(tangle, candidate, cfg, shape, screened)
-                if reason is None:
-                    tangle = added
-                    break
-                redraws[reason] += 1
-            else:
-                redraws["restart"] += 1
-                break
-        else:
-            return tangle, redraws
-    return None, redraws
+    """creation.sample_tangle with these shapes and the docked screen; None if it gives up."""
+    originals = C.balanced_shapes, C.screen_placements
+    C.balanced_shapes, C.screen_placements = (lambda *_: shapes), docked_screen
+    try:
+        return C.sample_tangle(cfg, rng, len(shapes), -1)
+    except C.PlacementError:
+        return None, Counter({"place_fail": 1})
+    finally:
+        C.balanced_shapes, C.screen_placements = originals
 
 
 def tangents(points):
