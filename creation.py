@@ -927,6 +927,11 @@ def crossing_faults(new: Crossings, old: Crossings, cfg: Config, copy: np.ndarra
     }
 
 
+def unbroken(faults: dict[str, np.ndarray]) -> np.ndarray:
+    """Which rows break none of the rules.  (K,) bool"""
+    return ~np.any(list(faults.values()), axis=0)
+
+
 def first_broken(faults: dict[str, np.ndarray]) -> str | None:
     """The first rule any row breaks, or None."""
     return next((rule for rule, broken in faults.items() if broken.any()), None)
@@ -954,11 +959,16 @@ class SegmentGrid:
 
     @property
     def columns(self) -> int:  # cells per row and per column of the canvas
-        return int(self.size // GRID_CELL_PX) + 1
+        return grid_columns(self.size)
 
     @property
     def width(self) -> int:  # cells per row and per column of the table, frame included
         return self.columns + 2 * self.pad
+
+
+def grid_columns(size: int) -> int:
+    """Cells per row and per column of a canvas size px wide."""
+    return int(size // GRID_CELL_PX) + 1
 
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
@@ -968,8 +978,7 @@ def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
 
 
 def build_grid(mid: np.ndarray, size: int, pad: int) -> SegmentGrid:
-    columns = int(size // GRID_CELL_PX) + 1
-
+    columns = grid_columns(size)
     cell = grid_cells(mid, columns, pad)
     first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=(columns + 2 * pad)**2))])
     return SegmentGrid(size, pad, first, np.argsort(cell, kind="stable"), mid)
@@ -1108,7 +1117,7 @@ class PlacementFaults:
         return {**count_faults(self.crossings, room), **self.crossing_rules}
 
     def allowed(self, room: float) -> np.ndarray:
-        return ~np.any(list(self.broken(room).values()), axis=0)
+        return unbroken(self.broken(room))
 
     def reason(self, room: float) -> str:
         """The rule to blame when no copy passes: in RULES order, the first that all copies left break."""
@@ -1148,7 +1157,7 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
              rows_at(tangle.segs.end, theirs))
     hit = segments_cross(*pairs)
     crossings = np.bincount(rows_where(mine, hit) // count, minlength=len(tries))
-    hit &= rows_at(~np.any(list(count_faults(crossings, room).values()), axis=0), mine // count)
+    hit &= rows_at(unbroken(count_faults(crossings, room)), mine // count)
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
     row = rows_where(theirs, hit)
