@@ -96,17 +96,15 @@ MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on
 LENS_ARC_RATIO = 1.5  # an eye's sides are nearly straight (under 1.1 x their chord); a curl's lobe is far longer
 GRID_CELL_PX = 4.5  # above the longest segment at default settings, so a crossing search reads 3 x 3 cells
 
-# Drawing is done on a one-channel "tone" scale and stored through a fixed
-# palette, so every pixel lies on the ink-to-paper colour ramp exactly.
+# Drawing is on a one-channel tone scale stored through a fixed palette: every pixel lies on the ink-paper ramp.
 INK_TONE = 24  # tone of a fully covered ink pixel
 PAPER_TONE = 232  # tone of bare canvas before noise
 NOISE_SIGMA_TONE = 3.0  # std of per-pixel canvas noise, tone levels
 INK_RGB = (32, 34, 40)
 PAPER_RGB = (243, 239, 228)
 REVIEW_DIR = "review"  # overlays and the contact sheet: never inside images/
-REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
-                  (70, 240, 240), (240, 50, 230), (170, 110, 40), (0, 128, 128), (128, 0, 0),
-                  (128, 128, 0), (0, 0, 128)]  # well-separated hues, one per loop
+REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
+                  (240, 50, 230), (170, 110, 40), (0, 128, 128), (128, 0, 0), (128, 128, 0), (0, 0, 128)]  # a loop each
 CROSSING_RING_PX = 9  # radius of the ring marking a crossing in an overlay
 THUMBNAIL_PX = 256  # side of one image on the contact sheet
 CONTACT_SHEET_FILE = "contact_sheet.png"
@@ -117,7 +115,8 @@ SCENE_DECIMALS = 1  # scene coordinates are rounded to 0.1 px
 ANSWER_DISTRIBUTIONS = ("equal", "uniform")
 ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
-# Budgets of the default mode, in px for the default drawable side; other canvases scale them.
+# Budgets of the default mode, in px for the default drawable side; other canvases scale them. Why each
+# hides N: creation.md, "How an image is made", "Nested curls" and "Still open".
 BALANCED_REFERENCE_SIDE_PX = 914.0  # size minus twice interior_margin at the defaults
 BALANCED_MEAN_PERIMETER_PX = (750.0, 1000.0)  # total ink length / max_loops, drawn per image
 BALANCED_PERIMETER_PX = (550.0, 2600.0)  # bounds on one loop's share of the ink
@@ -125,36 +124,20 @@ BALANCED_SQUARED_SHARES = 0.22  # mean sum of squared perimeter shares, whatever
 BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reach that mean: near-equal shares
 BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
 BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
-# A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
-# count then gives N away; a partial share plus many random curls keeps each statistic alone a weak
-# guide to N (creation.md, "Still open").
-CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops; more would let the curl count give N away
-# Curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror; set for
-# BALANCED_CURL_LOOPS = --max-loops and scaled with it, as the ink and so the room for curls is.
-BALANCED_EXTRA_CURLS = 14.0
-BALANCED_CURL_LOOPS = 11
+CURLS_PER_MISSING_LOOP = 0.6  # a curl turns like a loop; more per loop short of max_loops and their count gives N away
+BALANCED_EXTRA_CURLS = 14.0  # curls on top, uniform in [0, this + 1), so the count is not N's mirror...
+BALANCED_CURL_LOOPS = 11  # ...at this --max-loops, scaled with it as the ink is
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
-# Positions screened together, in two halves; any split gives the same answer.
-SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
-# Curl size: big lobes are often crossed by other loops, which hides them from a curl detector, and they
-# are the size of the faces that loop crossings make, so face sizes track N less (creation.md, "Still open").
-CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size; a low ratio gives a tip sharper than a bend may be
+SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)  # screened in two halves; any split agrees
+CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio: small lobes, seldom crossed; lower gives too sharp a tip
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
-# Nested curls: a second curl on a curl's lobe leaves that lobe no branch of its own, so a
-# curl count misses it while it still turns most of a turn, as a loop does. Each pair of the curls
-# left after those for the missing loops (below) is nested with one per-image probability drawn from
-# this range, so how many are hidden varies widely from image to image (creation.md, "Nested curls").
-NESTED_CURL_SHARE = (0.0, 1.0)
-# Nested curls per loop short of max_loops, drawn before that share: a hidden curl's turn stands in for
-# a missing loop's, which a model reading N as the turning less the curls visible would otherwise see.
-NESTED_CURLS_PER_MISSING_LOOP = 0.6
+NESTED_CURL_SHARE = (0.0, 1.0)  # per-image probability that a pair of the curls left is nested (hidden from a count)
+NESTED_CURLS_PER_MISSING_LOOP = 0.6  # drawn first: a hidden curl's turn stands in for a missing loop's
 NESTED_CURL_ROOM = 0.7  # room a nested curl takes on its loop, in ring curls (it needs no gap of its own)
 INNER_CURL_ARC_GAPS = 3.0  # arc a nested curl adds, in waypoint gaps
-# A nested curl's trochoid ratio: at the ring curls' ratios it crosses too shallowly, below 3 its tip
-# bends too tightly on small loops (creation.md, "Nested curls").
-INNER_CURL_DEPTH = (3.0, 3.5)
+INNER_CURL_DEPTH = (3.0, 3.5)  # a nested curl's trochoid ratio: higher crosses too shallowly, lower bends too tightly
 
 
 # ---------------------------------------------------------------------------
@@ -259,66 +242,53 @@ class Config:
             if most is not None and value > most:
                 bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
                 raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
-        if not self.original_shapes:
-            unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
-            if unused:
-                raise unused_shape_flags(unused)
-        if self.answers not in ANSWER_DISTRIBUTIONS:
-            raise ValueError(f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}")
-        ordered = [("min_loops", "max_loops")]
-        if self.original_shapes:  # budgeted loops use neither max_radius nor max_waypoints
-            ordered += [("min_radius", "max_radius"), ("min_waypoints", "max_waypoints")]
-        for low, high in ordered:
-            if getattr(self, low) > getattr(self, high):
-                raise ValueError(f"{flag(low)} {getattr(self, low)} exceeds "
-                                 f"{flag(high)} {getattr(self, high)}")
-        # Every strand is searched for neighbours out to these distances, so they also bound the work.
+        budgeted = not self.original_shapes  # budgeted loops use neither max_radius nor max_waypoints
+        unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
+        ordered = [("min_loops", "max_loops")] + ([] if budgeted else [("min_radius", "max_radius"),
+                                                                       ("min_waypoints", "max_waypoints")])
+        # Every strand is searched for neighbours out to these gaps, so they also bound the work.
         gap_limit = max(self.size, 1024) / MAX_GAP_FRACTION  # on small canvases, never under the defaults
-        for name in ("min_gap", "parallel_gap"):
-            if getattr(self, name) > gap_limit:
-                raise ValueError(f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of "
-                                 f"1024 on smaller canvases): strands kept that far apart leave no room for a "
-                                 f"tangle; got {getattr(self, name)!r}")
-        # Refused only when chosen: a wider --min-gap alone simply outdoes the default (the CLI, which
-        # knows which flags were given, also refuses the default value named on the command line).
-        if self.parallel_gap != defaults["parallel_gap"].default and self.parallel_gap_checks_nothing:
-            raise idle_parallel_gap(self)
-        # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
-        ink_reach = self.stroke_width / 2 + 0.5
+        ink_reach = self.stroke_width / 2 + 0.5  # half a stroke plus a pixel of antialiasing from the centre line
         clear_paper = self.min_gap - 2 * ink_reach
-        if clear_paper < MIN_CLEAR_PAPER_PX - 1e-9:  # the tolerance lets stroke width + 3 pass despite rounding
-            raise ValueError(
-                f"--min-gap {self.min_gap:g} leaves {clear_paper:g} px of bare paper between two strands "
-                f"drawn at --stroke-width {self.stroke_width:g}; strands that close read as touching: "
-                f"raise --min-gap to at least {2 * ink_reach + MIN_CLEAR_PAPER_PX:g}")
-        if self.min_curvature_radius < ink_reach:
-            raise ValueError(
-                f"--min-curvature-radius {self.min_curvature_radius:g} is tighter than the ink's reach "
-                f"({ink_reach:g} px at --stroke-width {self.stroke_width:g}): such a bend fills in and "
-                f"reads as a blob; raise it to at least {ink_reach:g}")
         interior = self.size - 2 * self.interior_margin
-        if interior <= 0:
-            raise ValueError(f"--interior-margin {self.interior_margin:g} leaves no room on a "
-                             f"--size {self.size} canvas")
         widest_ring = 2 * self.max_radius * (1 + self.radius_jitter)
-        if widest_ring > interior and self.original_shapes:  # budgeted loops are sized by their ink share instead
-            raise ValueError(
-                f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px "
-                f"but --size {self.size} minus twice --interior-margin {self.interior_margin} "
-                f"leaves {interior:g} px")
-        if not self.original_shapes and self.min_loops < 2:
-            raise ValueError(f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: "
-                             "the loops join one tangle by crossing one another")
-        # Room to spare (0.9), or splitting the longest budget among min_loops loops
-        # that must each stay under the largest perimeter would almost never succeed.
+        # Room to spare (0.9), or splitting the longest budget among min_loops loops would seldom succeed.
         loop_ratio_limit = 0.9 * BALANCED_PERIMETER_PX[1] / BALANCED_MEAN_PERIMETER_PX[1]
-        if not self.original_shapes and self.max_loops > loop_ratio_limit * self.min_loops:
-            raise ValueError(
-                f"one ink budget is shared among --min-loops {self.min_loops} to --max-loops "
-                f"{self.max_loops} loops; at most {loop_ratio_limit:g} "
-                f"times as many loops at the top as at the bottom fit on the canvas: --max-loops at most "
-                f"{math.floor(loop_ratio_limit * self.min_loops)} here, or --min-loops at least "
-                f"{math.ceil(self.max_loops / loop_ratio_limit)}")
+        refusals = {  # the rules between fields, in the order they are checked
+            str(unused_shape_flags(unused)): budgeted and bool(unused),
+            f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}":
+                self.answers not in ANSWER_DISTRIBUTIONS,
+            **{f"{flag(low)} {getattr(self, low)} exceeds {flag(high)} {getattr(self, high)}":
+               getattr(self, low) > getattr(self, high) for low, high in ordered},
+            **{f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of 1024 on smaller canvases): "
+               f"strands kept that far apart leave no room for a tangle; got {getattr(self, name)!r}":
+               getattr(self, name) > gap_limit for name in ("min_gap", "parallel_gap")},
+            # Refused only when chosen: a wider --min-gap alone outdoes the default (the CLI, which knows
+            # which flags were given, also refuses the default value named on the command line).
+            str(idle_parallel_gap(self)):
+                self.parallel_gap != defaults["parallel_gap"].default and self.parallel_gap_checks_nothing,
+            f"--min-gap {self.min_gap:g} leaves {clear_paper:g} px of bare paper between two strands drawn at "
+            f"--stroke-width {self.stroke_width:g}; strands that close read as touching: raise --min-gap to at "
+            f"least {2 * ink_reach + MIN_CLEAR_PAPER_PX:g}":
+                clear_paper < MIN_CLEAR_PAPER_PX - 1e-9,  # the tolerance lets stroke width + 3 pass despite rounding
+            f"--min-curvature-radius {self.min_curvature_radius:g} is tighter than the ink's reach ({ink_reach:g} px "
+            f"at --stroke-width {self.stroke_width:g}): such a bend fills in and reads as a blob; raise it to at "
+            f"least {ink_reach:g}": self.min_curvature_radius < ink_reach,
+            f"--interior-margin {self.interior_margin:g} leaves no room on a --size {self.size} canvas": interior <= 0,
+            f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px but --size {self.size} "
+            f"minus twice --interior-margin {self.interior_margin} leaves {interior:g} px":
+                widest_ring > interior and not budgeted,  # budgeted loops are sized by their ink share instead
+            f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: the loops join one "
+            "tangle by crossing one another": budgeted and self.min_loops < 2,
+            f"one ink budget is shared among --min-loops {self.min_loops} to --max-loops {self.max_loops} loops; "
+            f"at most {loop_ratio_limit:g} times as many loops at the top as at the bottom fit on the canvas: "
+            f"--max-loops at most {math.floor(loop_ratio_limit * self.min_loops)} here, or --min-loops at least "
+            f"{math.ceil(self.max_loops / loop_ratio_limit)}":
+                budgeted and self.max_loops > loop_ratio_limit * self.min_loops,
+        }
+        refused = next((message for message, broken in refusals.items() if broken), None)
+        if refused:
+            raise ValueError(refused)
 
     @property
     def parallel_gap_checks_nothing(self) -> bool:
