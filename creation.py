@@ -326,9 +326,7 @@ def flag(field_name: str) -> str:
 def ring_angles(count: int, angle_jitter: float, rng: np.random.Generator) -> np.ndarray:
     """Angles of `count` waypoints round a ring, jittered but in ring order.  (K,)"""
     spacing = 2 * np.pi / count
-    # Capping the jitter below half the spacing keeps the angles in ring order;
-    # swapped neighbours are what make kinks and cusps.
-    jitter = min(angle_jitter, 0.45 * spacing)
+    jitter = min(angle_jitter, 0.45 * spacing)  # under half the spacing: swapped neighbours make kinks and cusps
     return rng.uniform(0, 2 * np.pi) + spacing * np.arange(count) + rng.uniform(-jitter, jitter, count)
 
 
@@ -360,8 +358,7 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
     from scipy.interpolate import BSpline, splprep  # here, not at the top: --help, --merge and reruns draw no spline
     closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
     (knots, coefficients, degree), _ = splprep(closed.T, s=0, per=True, k=3)
-    # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
-    # splprep's output needs none of the checks the plain constructor makes.
+    # One 2-D BSpline evaluates exactly what splev would, faster; splprep's output needs no constructor checks.
     spline = BSpline.construct_fast(knots, np.column_stack(coefficients), degree)
     u = spline_parameters(check_points)
     points = spline(spline_parameters(num_points))
@@ -376,9 +373,8 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
 # ---------------------------------------------------------------------------
 # Loop shapes, default mode: per-image budgets of ink length, turning and crossings
 #
-# Drawn alike, loops give N away: the ink is N times a perimeter and each loop turns 2 pi. So one ink
-# budget is split among the loops, curls (some nested, so a curl count misses them) blur the turning,
-# crossings between loops are capped, and one waypoint spacing serves every loop of an image.
+# Drawn alike, loops give N away (N perimeters of ink, N turns): so one ink budget is split among them, curls
+# (some nested) blur the turning, crossings between loops are capped, one waypoint spacing serves them all.
 
 
 @dataclass(frozen=True)
@@ -404,10 +400,8 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
     # Extra curls in proportion to the ink: the full count on the ink of a few loops bends too tightly to draw.
     extra_curls = BALANCED_EXTRA_CURLS * cfg.max_loops / BALANCED_CURL_LOOPS
     num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, extra_curls + 1))
-    # A curl takes its own gap plus CURL_ARC_GAPS of arc, and leaving every other
-    # gap free keeps curls apart. Capping the spacing by the total length over
-    # num_curls + num_loops (nearly N-free) leaves the loops room for every
-    # curl: their capacities sum to more than that count less N.
+    # A curl takes its gap, CURL_ARC_GAPS of arc and a free gap; capping the spacing by the total length over
+    # num_curls + num_loops (nearly N-free) leaves the loops room for every curl.
     footprint = 2 + CURL_ARC_GAPS
     spacing = min(scale * rng.uniform(*BALANCED_SPACING_PX), total / (footprint * (num_curls + num_loops)))
     wiggle = rng.uniform(*BALANCED_WIGGLE)
@@ -483,9 +477,8 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     angles = ring_angles(count, cfg.angle_jitter, rng)
     radii = 1 + shape.wiggle * (2 * np.pi / count) * rng.uniform(-1, 1, count)
     ring = np.column_stack([radii * np.cos(angles), radii * np.sin(angles)])
-    # Curls go in every other gap (the odd ones when the count is odd, so the
-    # last gap and the first are not both taken), so no two share a waypoint;
-    # a curl's size follows its gap, so the longest of those give the roundest.
+    # Curls go in every other gap (odd ones for an odd count, so not both the last and the first), so no two
+    # share a waypoint; a curl's size follows its gap, so the longest gaps give the roundest.
     candidates = np.arange(1 if count % 2 else rng.integers(2), count, 2)
     gap_length = np.hypot(*(np.take(ring, (candidates + 1) % count, axis=0) - np.take(ring, candidates, axis=0)).T)
     gaps = np.sort(candidates[np.argsort(gap_length)[len(candidates) - shape.curls:]])
@@ -499,8 +492,7 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     path[:, 0] = ring
     path[gaps, 1:6] = curls
     if shape.nested:
-        # A nested curl takes the place of its lobe's apex, between the lobe's points either side
-        # of it, and hangs outwards, away from the lobe.
+        # A nested curl replaces its lobe's apex, between the lobe's points either side, and hangs outwards.
         which = rng.choice(shape.curls, shape.nested, replace=False)
         depth = rng.uniform(*INNER_CURL_DEPTH, shape.nested)
         path[gaps[which], 3:8] = curl_waypoints(curls[which, 1], curls[which, 3], -side[which], depth)
@@ -521,21 +513,17 @@ def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tu
 
 def placement_range(points: np.ndarray, cfg: Config) -> tuple[list[float], list[float]] | None:
     """The least and greatest shift (x, y) that keep every point of a loop inside the margin, or None."""
-    xs, ys = points.T  # per column: numpy's axis-0 reductions of (P, 2) arrays are several times slower
-    # Scalars until the draw: two-element arrays would cost more in overhead than in arithmetic.
+    xs, ys = points.T  # per column, and scalars until the draw: numpy's overhead outweighs such small arithmetic
     low = [cfg.interior_margin - xs.min(), cfg.interior_margin - ys.min()]
     high = [cfg.size - cfg.interior_margin - xs.max(), cfg.size - cfg.interior_margin - ys.max()]
     return None if low[0] > high[0] or low[1] > high[1] else (low, high)
 
 
 # ---------------------------------------------------------------------------
-# Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles,
-# parallel stretches, curl size)
+# Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles, parallel stretches, curls)
 #
-# numpy works slowly along a short last axis (the two coordinates of a point, the
-# dozen crossings of a loop): sums over it and broadcasts against it cost several
-# times the arithmetic. So points are split into their coordinates where it counts,
-# and tables put the long axis last.
+# numpy is slow along a short last axis (a point's two coordinates, a loop's dozen crossings), so points are split
+# into their coordinates where it counts, and tables put the long axis last.
 
 
 RULES = {  # every traceability rule, in the order a check blames them, and what to change when most
@@ -557,8 +545,7 @@ RULES = {  # every traceability rule, in the order a check blames them, and what
 }
 
 
-# numpy's fancy indexing takes a general, slow path for these two cases; the take and
-# compress methods give the same arrays faster (and skip the np.take wrapper's dispatch).
+# For these two cases numpy's fancy indexing takes a slow general path; take and compress give the same, faster.
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
     """a[index] along the first axis."""
     return a.take(index, axis=0)
@@ -621,8 +608,7 @@ def loop_segments(points: np.ndarray, loop_id: int, bend_window_px: float) -> Se
 
 
 def concat_segments(parts: list[Segments]) -> Segments:
-    return Segments(*(np.concatenate([getattr(p, f.name) for p in parts])
-                      for f in dataclasses.fields(Segments)))
+    return Segments(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(Segments)))
 
 
 @dataclass(frozen=True)
@@ -730,18 +716,13 @@ def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.nd
 def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndarray, point: np.ndarray,
                     angle_deg: np.ndarray) -> Crossings:
     """The crossing of first[i[m]] with second[j[m]] at point[m], angle_deg[m], with its loops, arcs and bends."""
-    loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
-    # Order each crossing's sides by loop id so a pair of loops has one key.
-    swap = loop_i > loop_j
+    loop_i, loop_j = rows_at(first.loop, i), rows_at(second.loop, j)
+    arc_i, arc_j = rows_at(first.arc, i), rows_at(second.arc, j)
+    swap = loop_i > loop_j  # each crossing's sides in loop order, so a pair of loops has one key
     return Crossings(point, angle_deg, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
                      np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j),
                      np.maximum(rows_at(first.bend_deg, i), rows_at(second.bend_deg, j)),
                      np.where(swap, rows_at(second.perimeter, j), rows_at(first.perimeter, i)))
-
-
-def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:
-    """Crossings among candidate pairs (M, 2) of rows of segs."""
-    return crossings_between(segs, segs, pairs[:, 0], pairs[:, 1])
 
 
 def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
@@ -762,9 +743,8 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     swap = loop_u > loop_v
     u, v = np.where(swap, v, u), np.where(swap, u, v)
     loop_u, loop_v = np.minimum(loop_u, loop_v), np.maximum(loop_u, loop_v)
-    # (C, K) tables, a row per crossing: the crossings are the short axis. A crossing's window is the arc round
-    # it where its strands may be closer than gap_px: gap_px / sin(theta), with room for bending (1.2), and one
-    # segment for where the crossing falls in its segment.
+    # (C, K) tables, the crossings the short axis. A crossing's window, the arc round it where its strands may be
+    # closer than gap_px: gap_px / sin(theta), 1.2 x for bending, plus a segment for where it falls in its segment.
     window = (1.2 * gap_px / np.sin(np.radians(np.maximum(crossings.angle_deg, 1.0))) + longest)[:, None]  # (C, 1)
     same_strands = (loop_u == crossings.loop_a[:, None]) & (loop_v == crossings.loop_b[:, None])
     arc_u, arc_v = rows_at(segs.arc, u), rows_at(segs.arc, v)
@@ -792,8 +772,7 @@ def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
     crossing window of the two, wrapping round the closed loop.  (R,) px"""
     pairs = rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.parallel_gap, longest))
     u, v = pairs[:, 0], pairs[:, 1]
-    # Midpoint to segment, taken both ways so that the order of a pair does not matter: for nearly
-    # parallel segments it is their distance.
+    # Midpoint to segment both ways, so a pair's order does not matter: for nearly parallel segments, their distance.
     start_u, end_u, start_v, end_v = (rows_at(a, i) for a, i in ((segs.start, u), (segs.end, u),
                                                                    (segs.start, v), (segs.end, v)))
     near = np.minimum(point_segment_distance(0.5 * (start_u + end_u), start_v, end_v),
@@ -817,8 +796,7 @@ def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.
     marked = np.zeros((len(keys), int(counts.max())), dtype=bool)  # (R, P), P the longest loop's count
     marked[which, rows_at(segs.index, rows)] = True
     lengths = np.hypot(*(segs.end - segs.start).T)  # (S,) px
-    # Two or more laps round each loop catch a run that wraps past its first segment; a third
-    # lap only repeats the first, and a loop marked all round is measured apart.
+    # Two laps round each loop catch a run that wraps past its first segment; a loop marked all round is apart.
     index = np.arange(2 * marked.shape[1])[None, :] % n  # (R, 2P)
     twice = np.take_along_axis(marked, index, axis=1)
     step = np.where(twice, lengths[first[owner][:, None] + index], 0.0)
@@ -889,8 +867,8 @@ def crossing_faults(new: Crossings, old: Crossings, cfg: Config, copy: np.ndarra
     return {
         # Two strands meeting shallower than min_crossing_angle read as touching.
         "crossing_angle": new.angle_deg < cfg.min_crossing_angle,
-        # A strand that turns by beta beside a crossing at angle theta leaves the wrong way only about
-        # theta - beta more crooked than its own (creation.md, "Bends beside a crossing").
+        # A strand turning by beta beside a crossing at theta leaves the wrong way only theta - beta more crooked
+        # than its own (creation.md, "Bends beside a crossing").
         "crossing_bend": new.bend_deg > cfg.max_crossing_bend * new.angle_deg,
         "crossing_separation": crowded,
         "same_pair_separation": (same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))).any(axis=1),
@@ -1024,11 +1002,17 @@ class Tangle:
 
 
 class ScreenedCrossings(NamedTuple):
-    """One position's crossings with the tangle as the screen found them, for try_add_loop.  (H,) each"""
+    """Crossings with the tangle of translated copies of a loop, as the screen found them.  (H,) each"""
     segment: np.ndarray  # along the new loop
     row: np.ndarray  # of the tangle's segments
     point: np.ndarray  # (H, 2) px
     angle_deg: np.ndarray
+    copy: np.ndarray  # which copy each crossing is of
+
+    def of(self, copy: int) -> ScreenedCrossings:
+        """One copy's crossings, to hand on to try_add_loop."""
+        mine = self.copy == copy
+        return ScreenedCrossings(*(rows_where(a, mine) for a in self))
 
 
 def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopShape | None = None,
@@ -1041,7 +1025,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     if screened is None:
         between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
     else:
-        between = label_crossings(new, tangle.segs, *screened)
+        between = label_crossings(new, tangle.segs, *screened[:4])
     if shape is not None and tangle.loops:
         reason = first_broken(count_faults(np.array([len(between)]), tangle.crossing_room(shape)))
         if reason is not None:
@@ -1057,7 +1041,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     def pairs_within_new(radius: float) -> np.ndarray:
         found = new_tree.query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
         return separate_strand_pairs(segs, found, cfg)
-    crossings = between + find_crossings(segs, pairs_within_new(longest))
+    crossings = between + crossings_between(segs, segs, *pairs_within_new(longest).T)
     reason = first_broken(crossing_faults(crossings, tangle.crossings, cfg))
     if reason is not None:
         return None, reason
@@ -1099,24 +1083,8 @@ class PlacementFaults:
         return rule
 
 
-@dataclass(frozen=True)
-class CopyCrossings:
-    """The crossings the screen found for copies within the crossing budget, to hand on to try_add_loop.  (H,) each"""
-    copy: np.ndarray
-    segment: np.ndarray
-    row: np.ndarray
-    point: np.ndarray  # (H, 2) px
-    angle_deg: np.ndarray
-
-    def of(self, copy: int) -> ScreenedCrossings:
-        """One copy's crossings, for try_add_loop."""
-        mine = self.copy == copy
-        return ScreenedCrossings(rows_where(self.segment, mine), rows_where(self.row, mine),
-                                 rows_where(self.point, mine), rows_where(self.angle_deg, mine))
-
-
 def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, room: float, cfg: Config
-                     ) -> tuple[PlacementFaults, CopyCrossings]:
+                     ) -> tuple[PlacementFaults, ScreenedCrossings]:
     """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings,
     judged by count_faults and crossing_faults; copies outside the count rules are judged no further."""
     count, points = tries.shape[1], tries.reshape(-1, 2)
@@ -1131,15 +1099,14 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
     row = rows_where(theirs, hit)
-    # As label_crossings would label them: the new loop's id is above every old one, and it has no
-    # self-crossings here, so its arcs are not needed.
+    # As label_crossings would label them: the new loop's id is above every old one; no self-crossings, no arcs.
     zeros = np.zeros(len(row))
     found = Crossings(point, angle, rows_at(tangle.segs.loop, row), np.full(len(row), len(tangle.loops)), zeros,
                       zeros, np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), zeros)
-    # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
+    # Pairs across copies are measured too and masked out: a batch's copies make few crossings.
     per_copy = {rule: np.bincount(rows_where(copy, broken), minlength=len(tries)) > 0
                 for rule, broken in crossing_faults(found, tangle.crossings, cfg, copy).items()}
-    return PlacementFaults(crossings, per_copy), CopyCrossings(copy, segment, row, point, angle)
+    return PlacementFaults(crossings, per_copy), ScreenedCrossings(segment, row, point, angle, copy)
 
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
@@ -1255,9 +1222,8 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     window = np.column_stack([ox[keep], oy[keep]])
     home = np.floor(start + step / 2)  # the pixel holding each segment's midpoint
     base = home + 0.5 - start  # from each segment's start to that pixel's centre
-    # The window offsets are integers shared by every segment, so each (segment,
-    # offset) dot product is a per-segment term plus an outer product. The (S, W)
-    # arrays are updated in place: fresh ones cost more in page faults than in arithmetic.
+    # Offsets are integers shared by every segment, so each (segment, offset) dot product is a per-segment term
+    # plus an outer product; the (S, W) arrays are updated in place, as fresh ones cost more in page faults.
     along_dot = outer_dot(step, window)  # projection of each pixel centre onto its segment, times its length squared
     along_dot += np.einsum("ij,ij->i", base, step)[:, None]
     squared = outer_dot(base, window)  # becomes the squared distance from the pixel centre to the segment
@@ -1284,6 +1250,7 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     return coverage.reshape(side, side)[pad:pad + cfg.size, pad:pad + cfg.size]
 
 
+@functools.cache
 def bare_canvas_tones() -> np.ndarray:
     """Tone of an uninked pixel for each 16-bit uniform draw: Gaussian noise round PAPER_TONE by inverting
     its distribution, one lookup per pixel instead of a normal draw.  (65536,) uint8"""
@@ -1292,19 +1259,16 @@ def bare_canvas_tones() -> np.ndarray:
     return np.searchsorted(at_most, (np.arange(65536) + 0.5) / 65536).astype(np.uint8)
 
 
-BARE_CANVAS_TONES = bare_canvas_tones()
-
-
 def bare_canvas(cfg: Config, rng: np.random.Generator) -> np.ndarray:
     """Tones of the noisy canvas before any ink, row by row.  (size * size,) uint8"""
-    return rows_at(BARE_CANVAS_TONES, rng.integers(0, 65536, size=cfg.size * cfg.size, dtype=np.uint16))
+    return rows_at(bare_canvas_tones(), rng.integers(0, 65536, size=cfg.size * cfg.size, dtype=np.uint16))
 
 
 def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Generator) -> Image.Image:
     """All loops in one ink colour on a noisy off-white canvas, as a palette image."""
     coverage = stroke_coverage(loops, cfg).ravel()
     tone = bare_canvas(cfg, rng)
-    # Inked pixels (about one in twenty) get the same noise, added before rounding.
+    # Inked pixels get the same noise, added before rounding.
     inked = np.flatnonzero(coverage > 0)  # a boolean mask is cheaper to search than float nonzeros
     noise = rng.standard_normal(len(inked), dtype=np.float32) * NOISE_SIGMA_TONE
     tone[inked] = np.clip(np.rint(PAPER_TONE + rows_at(coverage, inked) * (INK_TONE - PAPER_TONE) + noise), 0, 255)
@@ -1366,8 +1330,7 @@ def render_contact_sheet(thumbnails: list[Image.Image], captions: list[str], col
 
 
 def sample_rng(cfg: Config, index: int) -> np.random.Generator:
-    # spawn_key keeps (seed, index) streams distinct; seed + index would make
-    # seed 0 index 1 the same image as seed 1 index 0.
+    """Sample index's own stream: with seed + index, seed 0 index 1 would be the same image as seed 1 index 0."""
     return np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(index,)))
 
 
