@@ -53,7 +53,7 @@ from typing import Iterable, Iterator, NamedTuple, NoReturn
 
 
 def leave_quietly(signum, frame) -> NoReturn:
-    """Ctrl-C before main has set its own handler (numpy and Pillow take a fifth of a second to load)."""
+    """Ctrl-C before main has set its own handler, while numpy and Pillow load."""
     print("creation.py: interrupted", file=sys.stderr)
     raise SystemExit(130)
 
@@ -150,10 +150,11 @@ def knob(default, help: str, group: str, **parser_options):
 
 
 ORIGINAL_SHAPE_FIELDS = ("min_radius", "max_radius", "radius_jitter", "max_waypoints")  # unused when budgeted
+RULE = "traceability rules"  # the --help group of the knobs that keep every loop traceable
 
 
-# Bounds of single fields: least (an open bound where it is a float to stay above), most, and why the
-# most; each value outside is refused in one line naming the flag. Rules between fields are in Config.
+# Bounds of single fields: least (open where it is a float to stay above), most and why; rules between fields
+# are in Config. Each value outside is refused in one line naming the flag.
 POSITIVE = math.ulp(0.0)
 BOUNDS = {
     "n": (1, MAX_SAMPLES, "about 5 TB of images"),
@@ -201,30 +202,26 @@ class Config:
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
-    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px",
-                          "traceability rules")
+    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px", RULE)
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands run side by side, px; "
-                               "0 turns this rule off", "traceability rules")
+                               "0 turns this rule off", RULE)
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
-                                   "away from their crossings, px", "traceability rules")
-    min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
-    min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", "traceability rules")
-    min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
-                                           "traceability rules")
+                                   "away from their crossings, px", RULE)
+    min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", RULE)
+    min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", RULE)
+    min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px", RULE)
     wide_lens_angle: float = knob(50.0, "crossing angle under which the eye between two crossings of the same "
-                                  "two loops must be --parallel-gap wide, not --min-gap, degrees", "traceability rules")
+                                  "two loops must be --parallel-gap wide, not --min-gap, degrees", RULE)
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
-                                      "px: three closer together read as one blot", "traceability rules")
-    min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
+                                      "px: three closer together read as one blot", RULE)
+    min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", RULE)
     max_crossing_bend: float = knob(0.5, "most a strand may turn within --bend-window of a crossing, as a share "
-                                    "of the crossing angle, unless it keeps the curvature it has either side",
-                                    "traceability rules")
-    bend_window: float = knob(10.0, "arc either side of a crossing over which --max-crossing-bend is held, px",
-                              "traceability rules")
+                                    "of the crossing angle, unless it keeps the curvature it has either side", RULE)
+    bend_window: float = knob(10.0, "arc either side of a crossing over which --max-crossing-bend is held, px", RULE)
     min_curl_px: float = knob(60.0, "least reach of the small lobe a loop makes where it crosses itself, from "
-                              "that crossing, px", "traceability rules")
-    loop_attempts: int = knob(400, "redraws of one loop before the sample restarts", "traceability rules")
-    sample_restarts: int = knob(25, "restarts before a sample fails", "traceability rules")
+                              "that crossing, px", RULE)
+    loop_attempts: int = knob(400, "redraws of one loop before the sample restarts", RULE)
+    sample_restarts: int = knob(25, "restarts before a sample fails", RULE)
 
     def __post_init__(self) -> None:
         defaults = Config.__dataclass_fields__
@@ -263,8 +260,7 @@ class Config:
             **{f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of 1024 on smaller canvases): "
                f"strands kept that far apart leave no room for a tangle; got {getattr(self, name)!r}":
                getattr(self, name) > gap_limit for name in ("min_gap", "parallel_gap")},
-            # Refused only when chosen: a wider --min-gap alone outdoes the default (the CLI, which knows
-            # which flags were given, also refuses the default value named on the command line).
+            # Refused only when chosen: a wider --min-gap alone outdoes the default (the CLI refuses one named).
             str(idle_parallel_gap(self)):
                 self.parallel_gap != defaults["parallel_gap"].default and self.parallel_gap_checks_nothing,
             f"--min-gap {self.min_gap:g} leaves {clear_paper:g} px of bare paper between two strands drawn at "
@@ -682,13 +678,6 @@ def point_segment_distance(x, a, b) -> np.ndarray:
     return np.hypot(t * abx - axx, t * aby - axy)
 
 
-def segment_distance(p0, p1, q0, q1) -> np.ndarray:
-    """Closest distance between segment pairs; zero where they cross.  (M,)"""
-    ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
-                              point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
-    return np.where(segments_cross(p0, p1, q0, q1), 0.0, ends)
-
-
 def longest_segment(segs: Segments) -> float:
     """Two segments whose midpoints are farther apart than this cannot cross."""
     return float(np.hypot(*(segs.end - segs.start).T).max())
@@ -728,9 +717,11 @@ def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndar
 def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
     """The (K, 2) candidate pairs that come within cfg.min_gap of each other, crossing pairs included."""
     u, v = pairs[:, 0], pairs[:, 1]
-    near = segment_distance(rows_at(segs.start, u), rows_at(segs.end, u),
-                            rows_at(segs.start, v), rows_at(segs.end, v)) < cfg.min_gap
-    return rows_where(pairs, near)
+    p0, p1, q0, q1 = rows_at(segs.start, u), rows_at(segs.end, u), rows_at(segs.start, v), rows_at(segs.end, v)
+    # Two segments are closest at an end of one of them, unless they cross.
+    ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
+                              point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
+    return rows_where(pairs, np.where(segments_cross(p0, p1, q0, q1), 0.0, ends) < cfg.min_gap)
 
 
 def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap_px: float,
@@ -1354,11 +1345,8 @@ def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
 
 
 def scene_of(record: dict, tangle: Tangle) -> dict:
-    """The geometry of one sample as its scene file holds it, in the saved image's pixel coordinates (x right,
-    y down, origin at the top-left corner, pixel (c, r) centred at (c + 0.5, r + 0.5), as stroke_coverage shades).
-    A loop is its centre line as a closed polyline (the first point not repeated), split so no step exceeds
-    SCENE_MAX_ARC_PX, its bbox that line's; a crossing names loops a <= b (a == b: a loop crossing itself)
-    and its acute angle to 0.01 degrees. Coordinates are rounded to 0.1 px."""
+    """The geometry of one sample as its scene file holds it, in the saved image's pixel coordinates (the
+    format: README.md, "Scene files"); pixel (c, r) is centred at (c + 0.5, r + 0.5), as stroke_coverage shades."""
     slack = 2 * math.sqrt(2) * 0.5 * 10 ** -SCENE_DECIMALS  # how much longer rounding can make a segment
     loops = []
     for points in tangle.loops:
@@ -1366,16 +1354,10 @@ def scene_of(record: dict, tangle: Tangle) -> dict:
         low, high = rounded.min(axis=0), rounded.max(axis=0)
         loops.append({"points": rounded.tolist(), "bbox": [*low.tolist(), *high.tolist()]})
     crossings = tangle.crossings
-    pairs = np.sort(np.column_stack([crossings.loop_a, crossings.loop_b]).astype(np.int64), axis=1)  # (C, 2)
-    return {
-        "image": record["image"],
-        "index": record["index"],
-        "pixel_sha256": record["pixel_sha256"],
-        "loops": loops,
-        "crossings": [{"xy": xy, "loops": pair, "angle_deg": angle}
-                      for xy, pair, angle in zip(np.round(crossings.point, SCENE_DECIMALS).tolist(), pairs.tolist(),
-                                                 np.round(crossings.angle_deg, 2).tolist())],
-    }
+    pairs = np.sort(np.column_stack([crossings.loop_a, crossings.loop_b]).astype(np.int64), axis=1).tolist()
+    xys, angles = np.round(crossings.point, SCENE_DECIMALS).tolist(), np.round(crossings.angle_deg, 2).tolist()
+    return {**{key: record[key] for key in ("image", "index", "pixel_sha256")}, "loops": loops,
+            "crossings": [{"xy": xy, "loops": pair, "angle_deg": a} for xy, pair, a in zip(xys, pairs, angles)]}
 
 
 def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:
