@@ -77,19 +77,15 @@ IMAGES_DIR = "images"
 ANNOTATIONS_FILE = "annotations.jsonl"
 DATA_FILE = "data.json"
 QUESTION = (
-    "How many distinct closed loops are tangled together in this image? Each loop "
-    "is a single continuous curve that closes back on itself — there are no loose "
-    "endpoints anywhere. All loops are drawn in the same colour and may cross other "
-    "loops or themselves freely. Count the total number of distinct closed loops and "
-    "report the count as a positive integer."
+    "How many distinct closed loops are tangled together in this image? Each loop is a single continuous curve "
+    "that closes back on itself — there are no loose endpoints anywhere. All loops are drawn in the same colour and "
+    "may cross other loops or themselves freely. Count the total number of distinct closed loops and report the "
+    "count as a positive integer."
 )
 
 WORKERS_PER_CORE = 4  # beyond the cores, workers only share them, each holding its memory: 100000 is a typo
 JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
-MAX_SAMPLES = 10_000_000  # about 5 TB of images, and as many record files in one folder
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
-MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
-MAX_POINTS_PER_LOOP = 20_000
 MAX_LOOPS = 100  # far past what a person can count in one image; a sample's work grows with the square of N
 MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
@@ -157,7 +153,7 @@ RULE = "traceability rules"  # the --help group of the knobs that keep every loo
 # are in Config. Each value outside is refused in one line naming the flag.
 POSITIVE = math.ulp(0.0)
 BOUNDS = {
-    "n": (1, MAX_SAMPLES, "about 5 TB of images"),
+    "n": (1, 10_000_000, "about 5 TB of images"),  # and as many record files in one folder
     "seed": (0, None, ""),
     "min_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
     "max_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
@@ -166,8 +162,8 @@ BOUNDS = {
     "max_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble"),
     "angle_jitter": (0, None, ""),
     "radius_jitter": (0, float(np.nextafter(1, 0)), "a waypoint must stay on its side of the centre"),
-    "points_per_loop": (64, MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing more and only cost memory"),
-    "size": (1, MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
+    "points_per_loop": (64, 20_000, "segments far under a pixel show nothing more and only cost memory"),
+    "size": (1, 8192, "Pillow refuses to open larger images as decompression bombs"),  # 67 M pixels; its limit, 89 M
     "interior_margin": (0, None, ""),
     "stroke_width": (POSITIVE, None, ""),
     **{name: (0, None, "") for name in ("min_gap", "parallel_gap", "max_parallel_run", "min_crossing_separation",
@@ -891,23 +887,15 @@ class SegmentGrid:
     """Segment rows bucketed by the cell of their midpoint, row by row and framed by pad empty cells, so
     finding the segments near a point takes a few lookups and never runs off the table."""
     size: int  # canvas side, px
+    columns: int  # cells per row and per column of the canvas
     pad: int  # empty cells framing the canvas's on every side
     first: np.ndarray  # (width**2 + 1,) where each cell's run starts in order
     order: np.ndarray  # (S,) segment rows sorted by cell
     mid: np.ndarray  # (S, 2) midpoints by segment row, px
 
     @property
-    def columns(self) -> int:  # cells per row and per column of the canvas
-        return grid_columns(self.size)
-
-    @property
     def width(self) -> int:  # cells per row and per column of the table, frame included
         return self.columns + 2 * self.pad
-
-
-def grid_columns(size: int) -> int:
-    """Cells per row and per column of a canvas size px wide."""
-    return int(size // GRID_CELL_PX) + 1
 
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
@@ -917,10 +905,10 @@ def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
 
 
 def build_grid(mid: np.ndarray, size: int, pad: int) -> SegmentGrid:
-    columns = grid_columns(size)
+    columns = int(size // GRID_CELL_PX) + 1
     cell = grid_cells(mid, columns, pad)
     first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=(columns + 2 * pad)**2))])
-    return SegmentGrid(size, pad, first, np.argsort(cell, kind="stable"), mid)
+    return SegmentGrid(size, columns, pad, first, np.argsort(cell, kind="stable"), mid)
 
 
 def tangle_grid(segs: Segments, cfg: Config, longest: float) -> SegmentGrid:
