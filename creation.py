@@ -140,6 +140,23 @@ INNER_CURL_DEPTH = (3.0, 3.5)  # a nested curl's trochoid ratio: higher crosses 
 # Config
 
 
+def unused_shape_flags(flags: list[str]) -> ValueError:
+    """The refusal of original-shape flags in the budgeted mode, where they would be silently ignored."""
+    return ValueError(f"{', '.join(flags)}: used only with --original-shapes; by default each loop's size "
+                      "comes from its share of the image's ink budget")
+
+
+def idle_parallel_gap(cfg: Config) -> ValueError:
+    """The refusal of a chosen --parallel-gap that cannot catch anything --min-gap lets through."""
+    return ValueError(f"--parallel-gap {cfg.parallel_gap:g} is not above --min-gap {cfg.min_gap:g}: away from a "
+                      "crossing no two strands come that close, so the rule would check nothing; raise it above "
+                      "--min-gap, or pass 0 to turn it off")
+
+
+def flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
 def knob(default, help: str, group: str, **parser_options):
     """A Config field: its default, its --help text and the group of flags it is listed in."""
     return dataclasses.field(default=default, metadata={"help": help, "group": group, **parser_options})
@@ -292,23 +309,6 @@ class Config:
         """Arc below which two points of one loop are one strand: with every bend at least min_curvature_radius,
         a loop cannot return within min_gap of itself inside three gaps of arc, so nothing real is hidden."""
         return 3.0 * self.min_gap
-
-
-def unused_shape_flags(flags: list[str]) -> ValueError:
-    """The refusal of original-shape flags in the budgeted mode, where they would be silently ignored."""
-    return ValueError(f"{', '.join(flags)}: used only with --original-shapes; by default each loop's size "
-                      "comes from its share of the image's ink budget")
-
-
-def idle_parallel_gap(cfg: Config) -> ValueError:
-    """The refusal of a chosen --parallel-gap that cannot catch anything --min-gap lets through."""
-    return ValueError(f"--parallel-gap {cfg.parallel_gap:g} is not above --min-gap {cfg.min_gap:g}: away from a "
-                      "crossing no two strands come that close, so the rule would check nothing; raise it above "
-                      "--min-gap, or pass 0 to turn it off")
-
-
-def flag(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
 
 
 # ---------------------------------------------------------------------------
@@ -1013,10 +1013,6 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     offset = len(tangle.segs)
     new_tree = cKDTree(new.mid)
 
-    def pairs_with_old(radius: float) -> np.ndarray:  # (M, 2) rows of segs, the new loop's row first
-        mine, theirs = grid_pairs(tangle.grid, new.mid, radius)
-        return np.column_stack([mine + offset, theirs])
-
     def pairs_within_new(radius: float) -> np.ndarray:
         found = new_tree.query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
         return separate_strand_pairs(segs, found, cfg)
@@ -1029,7 +1025,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         return None, "curl_size"
     # Clearance and parallel stretches, the costlier checks, run last, on one candidate search.
     reach = max(cfg.min_gap, cfg.parallel_gap) + longest
-    candidates = np.concatenate([pairs_with_old(reach), pairs_within_new(reach)])
+    mine, theirs = grid_pairs(tangle.grid, new.mid, reach)
+    candidates = np.concatenate([np.column_stack([mine + offset, theirs]), pairs_within_new(reach)])  # (M, 2) rows
     gap = rows_at(segs.mid, candidates[:, 0]) - rows_at(segs.mid, candidates[:, 1])
     within_gap = np.einsum("ij,ij->i", gap, gap) <= (cfg.min_gap + longest) ** 2
     if len(clearance_faults(rows_where(candidates, within_gap), segs, crossings, cfg, longest)):
