@@ -53,7 +53,7 @@ from typing import Iterable, Iterator, NamedTuple, NoReturn
 
 
 def leave_quietly(signum, frame) -> NoReturn:
-    """Ctrl-C before main has set its own handler (numpy and Pillow take a fifth of a second to load)."""
+    """Ctrl-C before main has set its own handler, while numpy and Pillow load."""
     print("creation.py: interrupted", file=sys.stderr)
     raise SystemExit(130)
 
@@ -77,36 +77,30 @@ IMAGES_DIR = "images"
 ANNOTATIONS_FILE = "annotations.jsonl"
 DATA_FILE = "data.json"
 QUESTION = (
-    "How many distinct closed loops are tangled together in this image? Each loop "
-    "is a single continuous curve that closes back on itself — there are no loose "
-    "endpoints anywhere. All loops are drawn in the same colour and may cross other "
-    "loops or themselves freely. Count the total number of distinct closed loops and "
-    "report the count as a positive integer."
+    "How many distinct closed loops are tangled together in this image? Each loop is a single continuous curve "
+    "that closes back on itself — there are no loose endpoints anywhere. All loops are drawn in the same colour and "
+    "may cross other loops or themselves freely. Count the total number of distinct closed loops and report the "
+    "count as a positive integer."
 )
 
 WORKERS_PER_CORE = 4  # beyond the cores, workers only share them, each holding its memory: 100000 is a typo
 JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
-MAX_SAMPLES = 10_000_000  # about 5 TB of images, and as many record files in one folder
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
-MAX_SIZE_PX = 8192  # canvas side: 67 M pixels, under Pillow's decompression-bomb limit of 89 M
-MAX_POINTS_PER_LOOP = 20_000
 MAX_LOOPS = 100  # far past what a person can count in one image; a sample's work grows with the square of N
 MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
 MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
 LENS_ARC_RATIO = 1.5  # an eye's sides are nearly straight (under 1.1 x their chord); a curl's lobe is far longer
 GRID_CELL_PX = 4.5  # above the longest segment at default settings, so a crossing search reads 3 x 3 cells
 
-# Drawing is done on a one-channel "tone" scale and stored through a fixed
-# palette, so every pixel lies on the ink-to-paper colour ramp exactly.
+# Drawing is on a one-channel tone scale stored through a fixed palette: every pixel lies on the ink-paper ramp.
 INK_TONE = 24  # tone of a fully covered ink pixel
 PAPER_TONE = 232  # tone of bare canvas before noise
 NOISE_SIGMA_TONE = 3.0  # std of per-pixel canvas noise, tone levels
 INK_RGB = (32, 34, 40)
 PAPER_RGB = (243, 239, 228)
 REVIEW_DIR = "review"  # overlays and the contact sheet: never inside images/
-REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
-                  (70, 240, 240), (240, 50, 230), (170, 110, 40), (0, 128, 128), (128, 0, 0),
-                  (128, 128, 0), (0, 0, 128)]  # well-separated hues, one per loop
+REVIEW_COLOURS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
+                  (240, 50, 230), (170, 110, 40), (0, 128, 128), (128, 0, 0), (128, 128, 0), (0, 0, 128)]  # a loop each
 CROSSING_RING_PX = 9  # radius of the ring marking a crossing in an overlay
 THUMBNAIL_PX = 256  # side of one image on the contact sheet
 CONTACT_SHEET_FILE = "contact_sheet.png"
@@ -117,7 +111,8 @@ SCENE_DECIMALS = 1  # scene coordinates are rounded to 0.1 px
 ANSWER_DISTRIBUTIONS = ("equal", "uniform")
 ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
-# Budgets of the default mode, in px for the default drawable side; other canvases scale them.
+# Budgets of the default mode, in px for the default drawable side; other canvases scale them. Why each
+# hides N: creation.md, "How an image is made", "Nested curls" and "Still open".
 BALANCED_REFERENCE_SIDE_PX = 914.0  # size minus twice interior_margin at the defaults
 BALANCED_MEAN_PERIMETER_PX = (750.0, 1000.0)  # total ink length / max_loops, drawn per image
 BALANCED_PERIMETER_PX = (550.0, 2600.0)  # bounds on one loop's share of the ink
@@ -125,40 +120,41 @@ BALANCED_SQUARED_SHARES = 0.22  # mean sum of squared perimeter shares, whatever
 BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reach that mean: near-equal shares
 BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
 BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
-# A curl turns 2 pi like a loop, so curls for missing loops hide N from the total turning, but their
-# count then gives N away; a partial share plus many random curls keeps each statistic alone a weak
-# guide to N (creation.md, "Still open").
-CURLS_PER_MISSING_LOOP = 0.6  # curls per loop short of max_loops; more would let the curl count give N away
-# Curls on top, uniform in [0, this + 1) and floored, so the count is not N's mirror; set for
-# BALANCED_CURL_LOOPS = --max-loops and scaled with it, as the ink and so the room for curls is.
-BALANCED_EXTRA_CURLS = 14.0
-BALANCED_CURL_LOOPS = 11
+CURLS_PER_MISSING_LOOP = 0.6  # a curl turns like a loop; more per loop short of max_loops and their count gives N away
+BALANCED_EXTRA_CURLS = 14.0  # curls on top, uniform in [0, this + 1), so the count is not N's mirror...
+BALANCED_CURL_LOOPS = 11  # ...at this --max-loops, scaled with it as the ink is
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
-# Positions screened together, in two halves; any split gives the same answer.
-SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)
-# Curl size: big lobes are often crossed by other loops, which hides them from a curl detector, and they
-# are the size of the faces that loop crossings make, so face sizes track N less (creation.md, "Still open").
-CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio, sets curl size; a low ratio gives a tip sharper than a bend may be
+SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)  # screened in two halves; any split agrees
+CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio: small lobes, seldom crossed; lower gives too sharp a tip
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
-# Nested curls: a second curl on a curl's lobe leaves that lobe no branch of its own, so a
-# curl count misses it while it still turns most of a turn, as a loop does. Each pair of the curls
-# left after those for the missing loops (below) is nested with one per-image probability drawn from
-# this range, so how many are hidden varies widely from image to image (creation.md, "Nested curls").
-NESTED_CURL_SHARE = (0.0, 1.0)
-# Nested curls per loop short of max_loops, drawn before that share: a hidden curl's turn stands in for
-# a missing loop's, which a model reading N as the turning less the curls visible would otherwise see.
-NESTED_CURLS_PER_MISSING_LOOP = 0.6
+NESTED_CURL_SHARE = (0.0, 1.0)  # per-image probability that a pair of the curls left is nested (hidden from a count)
+NESTED_CURLS_PER_MISSING_LOOP = 0.6  # drawn first: a hidden curl's turn stands in for a missing loop's
 NESTED_CURL_ROOM = 0.7  # room a nested curl takes on its loop, in ring curls (it needs no gap of its own)
 INNER_CURL_ARC_GAPS = 3.0  # arc a nested curl adds, in waypoint gaps
-# A nested curl's trochoid ratio: at the ring curls' ratios it crosses too shallowly, below 3 its tip
-# bends too tightly on small loops (creation.md, "Nested curls").
-INNER_CURL_DEPTH = (3.0, 3.5)
+INNER_CURL_DEPTH = (3.0, 3.5)  # a nested curl's trochoid ratio: higher crosses too shallowly, lower bends too tightly
 
 
 # ---------------------------------------------------------------------------
 # Config
+
+
+def unused_shape_flags(flags: list[str]) -> ValueError:
+    """The refusal of original-shape flags in the budgeted mode, where they would be silently ignored."""
+    return ValueError(f"{', '.join(flags)}: used only with --original-shapes; by default each loop's size "
+                      "comes from its share of the image's ink budget")
+
+
+def idle_parallel_gap(cfg: Config) -> ValueError:
+    """The refusal of a chosen --parallel-gap that cannot catch anything --min-gap lets through."""
+    return ValueError(f"--parallel-gap {cfg.parallel_gap:g} is not above --min-gap {cfg.min_gap:g}: away from a "
+                      "crossing no two strands come that close, so the rule would check nothing; raise it above "
+                      "--min-gap, or pass 0 to turn it off")
+
+
+def flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
 
 
 def knob(default, help: str, group: str, **parser_options):
@@ -167,13 +163,14 @@ def knob(default, help: str, group: str, **parser_options):
 
 
 ORIGINAL_SHAPE_FIELDS = ("min_radius", "max_radius", "radius_jitter", "max_waypoints")  # unused when budgeted
+RULE = "traceability rules"  # the --help group of the knobs that keep every loop traceable
 
 
-# Bounds of single fields: least (an open bound where it is a float to stay above), most, and why the
-# most; each value outside is refused in one line naming the flag. Rules between fields are in Config.
+# Bounds of single fields: least (open where it is a float to stay above), most and why; rules between fields
+# are in Config. Each value outside is refused in one line naming the flag.
 POSITIVE = math.ulp(0.0)
 BOUNDS = {
-    "n": (1, MAX_SAMPLES, "about 5 TB of images"),
+    "n": (1, 10_000_000, "about 5 TB of images"),  # and as many record files in one folder
     "seed": (0, None, ""),
     "min_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
     "max_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
@@ -182,8 +179,8 @@ BOUNDS = {
     "max_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble"),
     "angle_jitter": (0, None, ""),
     "radius_jitter": (0, float(np.nextafter(1, 0)), "a waypoint must stay on its side of the centre"),
-    "points_per_loop": (64, MAX_POINTS_PER_LOOP, "segments far under a pixel show nothing more and only cost memory"),
-    "size": (1, MAX_SIZE_PX, "Pillow refuses to open larger images as decompression bombs"),
+    "points_per_loop": (64, 20_000, "segments far under a pixel show nothing more and only cost memory"),
+    "size": (1, 8192, "Pillow refuses to open larger images as decompression bombs"),  # 67 M pixels; its limit, 89 M
     "interior_margin": (0, None, ""),
     "stroke_width": (POSITIVE, None, ""),
     **{name: (0, None, "") for name in ("min_gap", "parallel_gap", "max_parallel_run", "min_crossing_separation",
@@ -218,30 +215,26 @@ class Config:
     size: int = knob(1024, "canvas side, px", "canvas")
     interior_margin: float = knob(55.0, "ink-free border along every edge, px", "canvas")
     stroke_width: float = knob(3.0, "line width, px", "canvas")
-    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px",
-                          "traceability rules")
+    min_gap: float = knob(9.0, "least distance between two strands' centre lines away from a crossing, px", RULE)
     parallel_gap: float = knob(15.0, "centre-line distance under which two strands run side by side, px; "
-                               "0 turns this rule off", "traceability rules")
+                               "0 turns this rule off", RULE)
     max_parallel_run: float = knob(40.0, "longest arc two strands may run side by side (within --parallel-gap) "
-                                   "away from their crossings, px", "traceability rules")
-    min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", "traceability rules")
-    min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", "traceability rules")
-    min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px",
-                                           "traceability rules")
+                                   "away from their crossings, px", RULE)
+    min_crossing_angle: float = knob(30.0, "shallowest allowed crossing, degrees", RULE)
+    min_crossing_separation: float = knob(12.0, "distance between any two crossings, px", RULE)
+    min_same_pair_separation: float = knob(30.0, "distance between two crossings of the same two loops, px", RULE)
     wide_lens_angle: float = knob(50.0, "crossing angle under which the eye between two crossings of the same "
-                                  "two loops must be --parallel-gap wide, not --min-gap, degrees", "traceability rules")
+                                  "two loops must be --parallel-gap wide, not --min-gap, degrees", RULE)
     crossing_cluster_px: float = knob(25.0, "radius within which a crossing may have at most one other crossing, "
-                                      "px: three closer together read as one blot", "traceability rules")
-    min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", "traceability rules")
+                                      "px: three closer together read as one blot", RULE)
+    min_curvature_radius: float = knob(8.0, "tightest allowed bend, px", RULE)
     max_crossing_bend: float = knob(0.5, "most a strand may turn within --bend-window of a crossing, as a share "
-                                    "of the crossing angle, unless it keeps the curvature it has either side",
-                                    "traceability rules")
-    bend_window: float = knob(10.0, "arc either side of a crossing over which --max-crossing-bend is held, px",
-                              "traceability rules")
+                                    "of the crossing angle, unless it keeps the curvature it has either side", RULE)
+    bend_window: float = knob(10.0, "arc either side of a crossing over which --max-crossing-bend is held, px", RULE)
     min_curl_px: float = knob(60.0, "least reach of the small lobe a loop makes where it crosses itself, from "
-                              "that crossing, px", "traceability rules")
-    loop_attempts: int = knob(400, "redraws of one loop before the sample restarts", "traceability rules")
-    sample_restarts: int = knob(25, "restarts before a sample fails", "traceability rules")
+                              "that crossing, px", RULE)
+    loop_attempts: int = knob(400, "redraws of one loop before the sample restarts", RULE)
+    sample_restarts: int = knob(25, "restarts before a sample fails", RULE)
 
     def __post_init__(self) -> None:
         defaults = Config.__dataclass_fields__
@@ -259,66 +252,52 @@ class Config:
             if most is not None and value > most:
                 bound = f"below {round(most):,}" if most != round(most) else f"at most {most:,}"
                 raise ValueError(f"{flag(name)} must be {bound} ({why}), got {value:,}")
-        if not self.original_shapes:
-            unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
-            if unused:
-                raise unused_shape_flags(unused)
-        if self.answers not in ANSWER_DISTRIBUTIONS:
-            raise ValueError(f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}")
-        ordered = [("min_loops", "max_loops")]
-        if self.original_shapes:  # budgeted loops use neither max_radius nor max_waypoints
-            ordered += [("min_radius", "max_radius"), ("min_waypoints", "max_waypoints")]
-        for low, high in ordered:
-            if getattr(self, low) > getattr(self, high):
-                raise ValueError(f"{flag(low)} {getattr(self, low)} exceeds "
-                                 f"{flag(high)} {getattr(self, high)}")
-        # Every strand is searched for neighbours out to these distances, so they also bound the work.
+        budgeted = not self.original_shapes  # budgeted loops use neither max_radius nor max_waypoints
+        unused = [flag(name) for name in ORIGINAL_SHAPE_FIELDS if getattr(self, name) != defaults[name].default]
+        ordered = [("min_loops", "max_loops")] + ([] if budgeted else [("min_radius", "max_radius"),
+                                                                       ("min_waypoints", "max_waypoints")])
+        # Every strand is searched for neighbours out to these gaps, so they also bound the work.
         gap_limit = max(self.size, 1024) / MAX_GAP_FRACTION  # on small canvases, never under the defaults
-        for name in ("min_gap", "parallel_gap"):
-            if getattr(self, name) > gap_limit:
-                raise ValueError(f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of "
-                                 f"1024 on smaller canvases): strands kept that far apart leave no room for a "
-                                 f"tangle; got {getattr(self, name)!r}")
-        # Refused only when chosen: a wider --min-gap alone simply outdoes the default (the CLI, which
-        # knows which flags were given, also refuses the default value named on the command line).
-        if self.parallel_gap != defaults["parallel_gap"].default and self.parallel_gap_checks_nothing:
-            raise idle_parallel_gap(self)
-        # Ink reaches half a stroke plus a pixel of antialiasing from a strand's centre line.
-        ink_reach = self.stroke_width / 2 + 0.5
+        ink_reach = self.stroke_width / 2 + 0.5  # half a stroke plus a pixel of antialiasing from the centre line
         clear_paper = self.min_gap - 2 * ink_reach
-        if clear_paper < MIN_CLEAR_PAPER_PX - 1e-9:  # the tolerance lets stroke width + 3 pass despite rounding
-            raise ValueError(
-                f"--min-gap {self.min_gap:g} leaves {clear_paper:g} px of bare paper between two strands "
-                f"drawn at --stroke-width {self.stroke_width:g}; strands that close read as touching: "
-                f"raise --min-gap to at least {2 * ink_reach + MIN_CLEAR_PAPER_PX:g}")
-        if self.min_curvature_radius < ink_reach:
-            raise ValueError(
-                f"--min-curvature-radius {self.min_curvature_radius:g} is tighter than the ink's reach "
-                f"({ink_reach:g} px at --stroke-width {self.stroke_width:g}): such a bend fills in and "
-                f"reads as a blob; raise it to at least {ink_reach:g}")
         interior = self.size - 2 * self.interior_margin
-        if interior <= 0:
-            raise ValueError(f"--interior-margin {self.interior_margin:g} leaves no room on a "
-                             f"--size {self.size} canvas")
         widest_ring = 2 * self.max_radius * (1 + self.radius_jitter)
-        if widest_ring > interior and self.original_shapes:  # budgeted loops are sized by their ink share instead
-            raise ValueError(
-                f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px "
-                f"but --size {self.size} minus twice --interior-margin {self.interior_margin} "
-                f"leaves {interior:g} px")
-        if not self.original_shapes and self.min_loops < 2:
-            raise ValueError(f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: "
-                             "the loops join one tangle by crossing one another")
-        # Room to spare (0.9), or splitting the longest budget among min_loops loops
-        # that must each stay under the largest perimeter would almost never succeed.
+        # Room to spare (0.9), or splitting the longest budget among min_loops loops would seldom succeed.
         loop_ratio_limit = 0.9 * BALANCED_PERIMETER_PX[1] / BALANCED_MEAN_PERIMETER_PX[1]
-        if not self.original_shapes and self.max_loops > loop_ratio_limit * self.min_loops:
-            raise ValueError(
-                f"one ink budget is shared among --min-loops {self.min_loops} to --max-loops "
-                f"{self.max_loops} loops; at most {loop_ratio_limit:g} "
-                f"times as many loops at the top as at the bottom fit on the canvas: --max-loops at most "
-                f"{math.floor(loop_ratio_limit * self.min_loops)} here, or --min-loops at least "
-                f"{math.ceil(self.max_loops / loop_ratio_limit)}")
+        refusals = {  # the rules between fields, in the order they are checked
+            str(unused_shape_flags(unused)): budgeted and bool(unused),
+            f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}":
+                self.answers not in ANSWER_DISTRIBUTIONS,
+            **{f"{flag(low)} {getattr(self, low)} exceeds {flag(high)} {getattr(self, high)}":
+               getattr(self, low) > getattr(self, high) for low, high in ordered},
+            **{f"{flag(name)} must be at most {gap_limit:g} px (an eighth of --size, of 1024 on smaller canvases): "
+               f"strands kept that far apart leave no room for a tangle; got {getattr(self, name)!r}":
+               getattr(self, name) > gap_limit for name in ("min_gap", "parallel_gap")},
+            # Refused only when chosen: a wider --min-gap alone outdoes the default (the CLI refuses one named).
+            str(idle_parallel_gap(self)):
+                self.parallel_gap != defaults["parallel_gap"].default and self.parallel_gap_checks_nothing,
+            f"--min-gap {self.min_gap:g} leaves {clear_paper:g} px of bare paper between two strands drawn at "
+            f"--stroke-width {self.stroke_width:g}; strands that close read as touching: raise --min-gap to at "
+            f"least {2 * ink_reach + MIN_CLEAR_PAPER_PX:g}":
+                clear_paper < MIN_CLEAR_PAPER_PX - 1e-9,  # the tolerance lets stroke width + 3 pass despite rounding
+            f"--min-curvature-radius {self.min_curvature_radius:g} is tighter than the ink's reach ({ink_reach:g} px "
+            f"at --stroke-width {self.stroke_width:g}): such a bend fills in and reads as a blob; raise it to at "
+            f"least {ink_reach:g}": self.min_curvature_radius < ink_reach,
+            f"--interior-margin {self.interior_margin:g} leaves no room on a --size {self.size} canvas": interior <= 0,
+            f"--max-radius {self.max_radius} cannot fit: a loop may span {widest_ring:g} px but --size {self.size} "
+            f"minus twice --interior-margin {self.interior_margin} leaves {interior:g} px":
+                widest_ring > interior and not budgeted,  # budgeted loops are sized by their ink share instead
+            f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: the loops join one "
+            "tangle by crossing one another": budgeted and self.min_loops < 2,
+            f"one ink budget is shared among --min-loops {self.min_loops} to --max-loops {self.max_loops} loops; "
+            f"at most {loop_ratio_limit:g} times as many loops at the top as at the bottom fit on the canvas: "
+            f"--max-loops at most {math.floor(loop_ratio_limit * self.min_loops)} here, or --min-loops at least "
+            f"{math.ceil(self.max_loops / loop_ratio_limit)}":
+                budgeted and self.max_loops > loop_ratio_limit * self.min_loops,
+        }
+        refused = next((message for message, broken in refusals.items() if broken), None)
+        if refused:
+            raise ValueError(refused)
 
     @property
     def parallel_gap_checks_nothing(self) -> bool:
@@ -332,23 +311,6 @@ class Config:
         return 3.0 * self.min_gap
 
 
-def unused_shape_flags(flags: list[str]) -> ValueError:
-    """The refusal of original-shape flags in the budgeted mode, where they would be silently ignored."""
-    return ValueError(f"{', '.join(flags)}: used only with --original-shapes; by default each loop's size "
-                      "comes from its share of the image's ink budget")
-
-
-def idle_parallel_gap(cfg: Config) -> ValueError:
-    """The refusal of a chosen --parallel-gap that cannot catch anything --min-gap lets through."""
-    return ValueError(f"--parallel-gap {cfg.parallel_gap:g} is not above --min-gap {cfg.min_gap:g}: away from a "
-                      "crossing no two strands come that close, so the rule would check nothing; raise it above "
-                      "--min-gap, or pass 0 to turn it off")
-
-
-def flag(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
-
-
 # ---------------------------------------------------------------------------
 # Loop shapes: waypoints on a ring and the periodic spline through them (both modes)
 
@@ -356,9 +318,7 @@ def flag(field_name: str) -> str:
 def ring_angles(count: int, angle_jitter: float, rng: np.random.Generator) -> np.ndarray:
     """Angles of `count` waypoints round a ring, jittered but in ring order.  (K,)"""
     spacing = 2 * np.pi / count
-    # Capping the jitter below half the spacing keeps the angles in ring order;
-    # swapped neighbours are what make kinks and cusps.
-    jitter = min(angle_jitter, 0.45 * spacing)
+    jitter = min(angle_jitter, 0.45 * spacing)  # under half the spacing: swapped neighbours make kinks and cusps
     return rng.uniform(0, 2 * np.pi) + spacing * np.arange(count) + rng.uniform(-jitter, jitter, count)
 
 
@@ -390,8 +350,7 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
     from scipy.interpolate import BSpline, splprep  # here, not at the top: --help, --merge and reruns draw no spline
     closed = np.vstack([waypoints, waypoints[:1]])  # splprep ignores the repeated last point's value
     (knots, coefficients, degree), _ = splprep(closed.T, s=0, per=True, k=3)
-    # One two-dimensional BSpline evaluates exactly what splev would, with less overhead per call;
-    # splprep's output needs none of the checks the plain constructor makes.
+    # One 2-D BSpline evaluates exactly what splev would, faster; splprep's output needs no constructor checks.
     spline = BSpline.construct_fast(knots, np.column_stack(coefficients), degree)
     u = spline_parameters(check_points)
     points = spline(spline_parameters(num_points))
@@ -406,9 +365,8 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
 # ---------------------------------------------------------------------------
 # Loop shapes, default mode: per-image budgets of ink length, turning and crossings
 #
-# Drawn alike, loops give N away: the ink is N times a perimeter and each loop turns 2 pi. So one ink
-# budget is split among the loops, curls (some nested, so a curl count misses them) blur the turning,
-# crossings between loops are capped, and one waypoint spacing serves every loop of an image.
+# Drawn alike, loops give N away (N perimeters of ink, N turns): so one ink budget is split among them, curls
+# (some nested) blur the turning, crossings between loops are capped, one waypoint spacing serves them all.
 
 
 @dataclass(frozen=True)
@@ -434,10 +392,8 @@ def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tu
     # Extra curls in proportion to the ink: the full count on the ink of a few loops bends too tightly to draw.
     extra_curls = BALANCED_EXTRA_CURLS * cfg.max_loops / BALANCED_CURL_LOOPS
     num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, extra_curls + 1))
-    # A curl takes its own gap plus CURL_ARC_GAPS of arc, and leaving every other
-    # gap free keeps curls apart. Capping the spacing by the total length over
-    # num_curls + num_loops (nearly N-free) leaves the loops room for every
-    # curl: their capacities sum to more than that count less N.
+    # A curl takes its gap, CURL_ARC_GAPS of arc and a free gap; capping the spacing by the total length over
+    # num_curls + num_loops (nearly N-free) leaves the loops room for every curl.
     footprint = 2 + CURL_ARC_GAPS
     spacing = min(scale * rng.uniform(*BALANCED_SPACING_PX), total / (footprint * (num_curls + num_loops)))
     wiggle = rng.uniform(*BALANCED_WIGGLE)
@@ -513,9 +469,8 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     angles = ring_angles(count, cfg.angle_jitter, rng)
     radii = 1 + shape.wiggle * (2 * np.pi / count) * rng.uniform(-1, 1, count)
     ring = np.column_stack([radii * np.cos(angles), radii * np.sin(angles)])
-    # Curls go in every other gap (the odd ones when the count is odd, so the
-    # last gap and the first are not both taken), so no two share a waypoint;
-    # a curl's size follows its gap, so the longest of those give the roundest.
+    # Curls go in every other gap (odd ones for an odd count, so not both the last and the first), so no two
+    # share a waypoint; a curl's size follows its gap, so the longest gaps give the roundest.
     candidates = np.arange(1 if count % 2 else rng.integers(2), count, 2)
     gap_length = np.hypot(*(np.take(ring, (candidates + 1) % count, axis=0) - np.take(ring, candidates, axis=0)).T)
     gaps = np.sort(candidates[np.argsort(gap_length)[len(candidates) - shape.curls:]])
@@ -529,8 +484,7 @@ def balanced_waypoints(shape: LoopShape, cfg: Config, rng: np.random.Generator) 
     path[:, 0] = ring
     path[gaps, 1:6] = curls
     if shape.nested:
-        # A nested curl takes the place of its lobe's apex, between the lobe's points either side
-        # of it, and hangs outwards, away from the lobe.
+        # A nested curl replaces its lobe's apex, between the lobe's points either side, and hangs outwards.
         which = rng.choice(shape.curls, shape.nested, replace=False)
         depth = rng.uniform(*INNER_CURL_DEPTH, shape.nested)
         path[gaps[which], 3:8] = curl_waypoints(curls[which, 1], curls[which, 3], -side[which], depth)
@@ -551,21 +505,17 @@ def balanced_loop(shape: LoopShape, cfg: Config, rng: np.random.Generator) -> tu
 
 def placement_range(points: np.ndarray, cfg: Config) -> tuple[list[float], list[float]] | None:
     """The least and greatest shift (x, y) that keep every point of a loop inside the margin, or None."""
-    xs, ys = points.T  # per column: numpy's axis-0 reductions of (P, 2) arrays are several times slower
-    # Scalars until the draw: two-element arrays would cost more in overhead than in arithmetic.
+    xs, ys = points.T  # per column, and scalars until the draw: numpy's overhead outweighs such small arithmetic
     low = [cfg.interior_margin - xs.min(), cfg.interior_margin - ys.min()]
     high = [cfg.size - cfg.interior_margin - xs.max(), cfg.size - cfg.interior_margin - ys.max()]
     return None if low[0] > high[0] or low[1] > high[1] else (low, high)
 
 
 # ---------------------------------------------------------------------------
-# Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles,
-# parallel stretches, curl size)
+# Geometry checks: pure numpy over flat tables of segments (crossings, clearance, angles, parallel stretches, curls)
 #
-# numpy works slowly along a short last axis (the two coordinates of a point, the
-# dozen crossings of a loop): sums over it and broadcasts against it cost several
-# times the arithmetic. So points are split into their coordinates where it counts,
-# and tables put the long axis last.
+# numpy is slow along a short last axis (a point's two coordinates, a loop's dozen crossings), so points are split
+# into their coordinates where it counts, and tables put the long axis last.
 
 
 RULES = {  # every traceability rule, in the order a check blames them, and what to change when most
@@ -587,8 +537,7 @@ RULES = {  # every traceability rule, in the order a check blames them, and what
 }
 
 
-# numpy's fancy indexing takes a general, slow path for these two cases; the take and
-# compress methods give the same arrays faster (and skip the np.take wrapper's dispatch).
+# For these two cases numpy's fancy indexing takes a slow general path; take and compress give the same, faster.
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
     """a[index] along the first axis."""
     return a.take(index, axis=0)
@@ -651,8 +600,7 @@ def loop_segments(points: np.ndarray, loop_id: int, bend_window_px: float) -> Se
 
 
 def concat_segments(parts: list[Segments]) -> Segments:
-    return Segments(*(np.concatenate([getattr(p, f.name) for p in parts])
-                      for f in dataclasses.fields(Segments)))
+    return Segments(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(Segments)))
 
 
 @dataclass(frozen=True)
@@ -726,13 +674,6 @@ def point_segment_distance(x, a, b) -> np.ndarray:
     return np.hypot(t * abx - axx, t * aby - axy)
 
 
-def segment_distance(p0, p1, q0, q1) -> np.ndarray:
-    """Closest distance between segment pairs; zero where they cross.  (M,)"""
-    ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
-                              point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
-    return np.where(segments_cross(p0, p1, q0, q1), 0.0, ends)
-
-
 def longest_segment(segs: Segments) -> float:
     """Two segments whose midpoints are farther apart than this cannot cross."""
     return float(np.hypot(*(segs.end - segs.start).T).max())
@@ -760,26 +701,23 @@ def crossings_between(first: Segments, second: Segments, i: np.ndarray, j: np.nd
 def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndarray, point: np.ndarray,
                     angle_deg: np.ndarray) -> Crossings:
     """The crossing of first[i[m]] with second[j[m]] at point[m], angle_deg[m], with its loops, arcs and bends."""
-    loop_i, loop_j, arc_i, arc_j = rows_at(first.loop, i), rows_at(second.loop, j), rows_at(first.arc, i), rows_at(second.arc, j)
-    # Order each crossing's sides by loop id so a pair of loops has one key.
-    swap = loop_i > loop_j
+    loop_i, loop_j = rows_at(first.loop, i), rows_at(second.loop, j)
+    arc_i, arc_j = rows_at(first.arc, i), rows_at(second.arc, j)
+    swap = loop_i > loop_j  # each crossing's sides in loop order, so a pair of loops has one key
     return Crossings(point, angle_deg, np.where(swap, loop_j, loop_i), np.where(swap, loop_i, loop_j),
                      np.where(swap, arc_j, arc_i), np.where(swap, arc_i, arc_j),
                      np.maximum(rows_at(first.bend_deg, i), rows_at(second.bend_deg, j)),
                      np.where(swap, rows_at(second.perimeter, j), rows_at(first.perimeter, i)))
 
 
-def find_crossings(segs: Segments, pairs: np.ndarray) -> Crossings:
-    """Crossings among candidate pairs (M, 2) of rows of segs."""
-    return crossings_between(segs, segs, pairs[:, 0], pairs[:, 1])
-
-
 def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
     """The (K, 2) candidate pairs that come within cfg.min_gap of each other, crossing pairs included."""
     u, v = pairs[:, 0], pairs[:, 1]
-    near = segment_distance(rows_at(segs.start, u), rows_at(segs.end, u),
-                            rows_at(segs.start, v), rows_at(segs.end, v)) < cfg.min_gap
-    return rows_where(pairs, near)
+    p0, p1, q0, q1 = rows_at(segs.start, u), rows_at(segs.end, u), rows_at(segs.start, v), rows_at(segs.end, v)
+    # Two segments are closest at an end of one of them, unless they cross.
+    ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
+                              point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
+    return rows_where(pairs, np.where(segments_cross(p0, p1, q0, q1), 0.0, ends) < cfg.min_gap)
 
 
 def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap_px: float,
@@ -792,9 +730,8 @@ def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap
     swap = loop_u > loop_v
     u, v = np.where(swap, v, u), np.where(swap, u, v)
     loop_u, loop_v = np.minimum(loop_u, loop_v), np.maximum(loop_u, loop_v)
-    # (C, K) tables, a row per crossing: the crossings are the short axis. A crossing's window is the arc round
-    # it where its strands may be closer than gap_px: gap_px / sin(theta), with room for bending (1.2), and one
-    # segment for where the crossing falls in its segment.
+    # (C, K) tables, the crossings the short axis. A crossing's window, the arc round it where its strands may be
+    # closer than gap_px: gap_px / sin(theta), 1.2 x for bending, plus a segment for where it falls in its segment.
     window = (1.2 * gap_px / np.sin(np.radians(np.maximum(crossings.angle_deg, 1.0))) + longest)[:, None]  # (C, 1)
     same_strands = (loop_u == crossings.loop_a[:, None]) & (loop_v == crossings.loop_b[:, None])
     arc_u, arc_v = rows_at(segs.arc, u), rows_at(segs.arc, v)
@@ -822,8 +759,7 @@ def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
     crossing window of the two, wrapping round the closed loop.  (R,) px"""
     pairs = rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.parallel_gap, longest))
     u, v = pairs[:, 0], pairs[:, 1]
-    # Midpoint to segment, taken both ways so that the order of a pair does not matter: for nearly
-    # parallel segments it is their distance.
+    # Midpoint to segment both ways, so a pair's order does not matter: for nearly parallel segments, their distance.
     start_u, end_u, start_v, end_v = (rows_at(a, i) for a, i in ((segs.start, u), (segs.end, u),
                                                                    (segs.start, v), (segs.end, v)))
     near = np.minimum(point_segment_distance(0.5 * (start_u + end_u), start_v, end_v),
@@ -847,8 +783,7 @@ def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.
     marked = np.zeros((len(keys), int(counts.max())), dtype=bool)  # (R, P), P the longest loop's count
     marked[which, rows_at(segs.index, rows)] = True
     lengths = np.hypot(*(segs.end - segs.start).T)  # (S,) px
-    # Two or more laps round each loop catch a run that wraps past its first segment; a third
-    # lap only repeats the first, and a loop marked all round is measured apart.
+    # Two laps round each loop catch a run that wraps past its first segment; a loop marked all round is apart.
     index = np.arange(2 * marked.shape[1])[None, :] % n  # (R, 2P)
     twice = np.take_along_axis(marked, index, axis=1)
     step = np.where(twice, lengths[first[owner][:, None] + index], 0.0)
@@ -919,8 +854,8 @@ def crossing_faults(new: Crossings, old: Crossings, cfg: Config, copy: np.ndarra
     return {
         # Two strands meeting shallower than min_crossing_angle read as touching.
         "crossing_angle": new.angle_deg < cfg.min_crossing_angle,
-        # A strand that turns by beta beside a crossing at angle theta leaves the wrong way only about
-        # theta - beta more crooked than its own (creation.md, "Bends beside a crossing").
+        # A strand turning by beta beside a crossing at theta leaves the wrong way only theta - beta more crooked
+        # than its own (creation.md, "Bends beside a crossing").
         "crossing_bend": new.bend_deg > cfg.max_crossing_bend * new.angle_deg,
         "crossing_separation": crowded,
         "same_pair_separation": (same_pair & (dist < same_pair_separation_px(shallower, cfg, eye))).any(axis=1),
@@ -952,23 +887,15 @@ class SegmentGrid:
     """Segment rows bucketed by the cell of their midpoint, row by row and framed by pad empty cells, so
     finding the segments near a point takes a few lookups and never runs off the table."""
     size: int  # canvas side, px
+    columns: int  # cells per row and per column of the canvas
     pad: int  # empty cells framing the canvas's on every side
     first: np.ndarray  # (width**2 + 1,) where each cell's run starts in order
     order: np.ndarray  # (S,) segment rows sorted by cell
     mid: np.ndarray  # (S, 2) midpoints by segment row, px
 
     @property
-    def columns(self) -> int:  # cells per row and per column of the canvas
-        return grid_columns(self.size)
-
-    @property
     def width(self) -> int:  # cells per row and per column of the table, frame included
         return self.columns + 2 * self.pad
-
-
-def grid_columns(size: int) -> int:
-    """Cells per row and per column of a canvas size px wide."""
-    return int(size // GRID_CELL_PX) + 1
 
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
@@ -978,10 +905,10 @@ def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
 
 
 def build_grid(mid: np.ndarray, size: int, pad: int) -> SegmentGrid:
-    columns = grid_columns(size)
+    columns = int(size // GRID_CELL_PX) + 1
     cell = grid_cells(mid, columns, pad)
     first = np.concatenate([[0], np.cumsum(np.bincount(cell, minlength=(columns + 2 * pad)**2))])
-    return SegmentGrid(size, pad, first, np.argsort(cell, kind="stable"), mid)
+    return SegmentGrid(size, columns, pad, first, np.argsort(cell, kind="stable"), mid)
 
 
 def tangle_grid(segs: Segments, cfg: Config, longest: float) -> SegmentGrid:
@@ -1054,11 +981,17 @@ class Tangle:
 
 
 class ScreenedCrossings(NamedTuple):
-    """One position's crossings with the tangle as the screen found them, for try_add_loop.  (H,) each"""
+    """Crossings with the tangle of translated copies of a loop, as the screen found them.  (H,) each"""
     segment: np.ndarray  # along the new loop
     row: np.ndarray  # of the tangle's segments
     point: np.ndarray  # (H, 2) px
     angle_deg: np.ndarray
+    copy: np.ndarray  # which copy each crossing is of
+
+    def of(self, copy: int) -> ScreenedCrossings:
+        """One copy's crossings, to hand on to try_add_loop."""
+        mine = self.copy == copy
+        return ScreenedCrossings(*(rows_where(a, mine) for a in self))
 
 
 def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopShape | None = None,
@@ -1071,7 +1004,7 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     if screened is None:
         between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
     else:
-        between = label_crossings(new, tangle.segs, *screened)
+        between = label_crossings(new, tangle.segs, *screened[:4])
     if shape is not None and tangle.loops:
         reason = first_broken(count_faults(np.array([len(between)]), tangle.crossing_room(shape)))
         if reason is not None:
@@ -1080,14 +1013,10 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     offset = len(tangle.segs)
     new_tree = cKDTree(new.mid)
 
-    def pairs_with_old(radius: float) -> np.ndarray:  # (M, 2) rows of segs, the new loop's row first
-        mine, theirs = grid_pairs(tangle.grid, new.mid, radius)
-        return np.column_stack([mine + offset, theirs])
-
     def pairs_within_new(radius: float) -> np.ndarray:
         found = new_tree.query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
         return separate_strand_pairs(segs, found, cfg)
-    crossings = between + find_crossings(segs, pairs_within_new(longest))
+    crossings = between + crossings_between(segs, segs, *pairs_within_new(longest).T)
     reason = first_broken(crossing_faults(crossings, tangle.crossings, cfg))
     if reason is not None:
         return None, reason
@@ -1096,7 +1025,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         return None, "curl_size"
     # Clearance and parallel stretches, the costlier checks, run last, on one candidate search.
     reach = max(cfg.min_gap, cfg.parallel_gap) + longest
-    candidates = np.concatenate([pairs_with_old(reach), pairs_within_new(reach)])
+    mine, theirs = grid_pairs(tangle.grid, new.mid, reach)
+    candidates = np.concatenate([np.column_stack([mine + offset, theirs]), pairs_within_new(reach)])  # (M, 2) rows
     gap = rows_at(segs.mid, candidates[:, 0]) - rows_at(segs.mid, candidates[:, 1])
     within_gap = np.einsum("ij,ij->i", gap, gap) <= (cfg.min_gap + longest) ** 2
     if len(clearance_faults(rows_where(candidates, within_gap), segs, crossings, cfg, longest)):
@@ -1129,24 +1059,8 @@ class PlacementFaults:
         return rule
 
 
-@dataclass(frozen=True)
-class CopyCrossings:
-    """The crossings the screen found for copies within the crossing budget, to hand on to try_add_loop.  (H,) each"""
-    copy: np.ndarray
-    segment: np.ndarray
-    row: np.ndarray
-    point: np.ndarray  # (H, 2) px
-    angle_deg: np.ndarray
-
-    def of(self, copy: int) -> ScreenedCrossings:
-        """One copy's crossings, for try_add_loop."""
-        mine = self.copy == copy
-        return ScreenedCrossings(rows_where(self.segment, mine), rows_where(self.row, mine),
-                                 rows_where(self.point, mine), rows_where(self.angle_deg, mine))
-
-
 def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, room: float, cfg: Config
-                     ) -> tuple[PlacementFaults, CopyCrossings]:
+                     ) -> tuple[PlacementFaults, ScreenedCrossings]:
     """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings,
     judged by count_faults and crossing_faults; copies outside the count rules are judged no further."""
     count, points = tries.shape[1], tries.reshape(-1, 2)
@@ -1161,15 +1075,14 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
     row = rows_where(theirs, hit)
-    # As label_crossings would label them: the new loop's id is above every old one, and it has no
-    # self-crossings here, so its arcs are not needed.
+    # As label_crossings would label them: the new loop's id is above every old one; no self-crossings, no arcs.
     zeros = np.zeros(len(row))
     found = Crossings(point, angle, rows_at(tangle.segs.loop, row), np.full(len(row), len(tangle.loops)), zeros,
                       zeros, np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), zeros)
-    # Pairs across copies are measured too and masked out: a batch holds at most 8 copies' few crossings.
+    # Pairs across copies are measured too and masked out: a batch's copies make few crossings.
     per_copy = {rule: np.bincount(rows_where(copy, broken), minlength=len(tries)) > 0
                 for rule, broken in crossing_faults(found, tangle.crossings, cfg, copy).items()}
-    return PlacementFaults(crossings, per_copy), CopyCrossings(copy, segment, row, point, angle)
+    return PlacementFaults(crossings, per_copy), ScreenedCrossings(segment, row, point, angle, copy)
 
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
@@ -1285,9 +1198,8 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     window = np.column_stack([ox[keep], oy[keep]])
     home = np.floor(start + step / 2)  # the pixel holding each segment's midpoint
     base = home + 0.5 - start  # from each segment's start to that pixel's centre
-    # The window offsets are integers shared by every segment, so each (segment,
-    # offset) dot product is a per-segment term plus an outer product. The (S, W)
-    # arrays are updated in place: fresh ones cost more in page faults than in arithmetic.
+    # Offsets are integers shared by every segment, so each (segment, offset) dot product is a per-segment term
+    # plus an outer product; the (S, W) arrays are updated in place, as fresh ones cost more in page faults.
     along_dot = outer_dot(step, window)  # projection of each pixel centre onto its segment, times its length squared
     along_dot += np.einsum("ij,ij->i", base, step)[:, None]
     squared = outer_dot(base, window)  # becomes the squared distance from the pixel centre to the segment
@@ -1314,6 +1226,7 @@ def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:
     return coverage.reshape(side, side)[pad:pad + cfg.size, pad:pad + cfg.size]
 
 
+@functools.cache
 def bare_canvas_tones() -> np.ndarray:
     """Tone of an uninked pixel for each 16-bit uniform draw: Gaussian noise round PAPER_TONE by inverting
     its distribution, one lookup per pixel instead of a normal draw.  (65536,) uint8"""
@@ -1322,19 +1235,16 @@ def bare_canvas_tones() -> np.ndarray:
     return np.searchsorted(at_most, (np.arange(65536) + 0.5) / 65536).astype(np.uint8)
 
 
-BARE_CANVAS_TONES = bare_canvas_tones()
-
-
 def bare_canvas(cfg: Config, rng: np.random.Generator) -> np.ndarray:
     """Tones of the noisy canvas before any ink, row by row.  (size * size,) uint8"""
-    return rows_at(BARE_CANVAS_TONES, rng.integers(0, 65536, size=cfg.size * cfg.size, dtype=np.uint16))
+    return rows_at(bare_canvas_tones(), rng.integers(0, 65536, size=cfg.size * cfg.size, dtype=np.uint16))
 
 
 def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Generator) -> Image.Image:
     """All loops in one ink colour on a noisy off-white canvas, as a palette image."""
     coverage = stroke_coverage(loops, cfg).ravel()
     tone = bare_canvas(cfg, rng)
-    # Inked pixels (about one in twenty) get the same noise, added before rounding.
+    # Inked pixels get the same noise, added before rounding.
     inked = np.flatnonzero(coverage > 0)  # a boolean mask is cheaper to search than float nonzeros
     noise = rng.standard_normal(len(inked), dtype=np.float32) * NOISE_SIGMA_TONE
     tone[inked] = np.clip(np.rint(PAPER_TONE + rows_at(coverage, inked) * (INK_TONE - PAPER_TONE) + noise), 0, 255)
@@ -1396,8 +1306,7 @@ def render_contact_sheet(thumbnails: list[Image.Image], captions: list[str], col
 
 
 def sample_rng(cfg: Config, index: int) -> np.random.Generator:
-    # spawn_key keeps (seed, index) streams distinct; seed + index would make
-    # seed 0 index 1 the same image as seed 1 index 0.
+    """Sample index's own stream: with seed + index, seed 0 index 1 would be the same image as seed 1 index 0."""
     return np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(index,)))
 
 
@@ -1421,11 +1330,8 @@ def subdivide_closed(points: np.ndarray, max_step_px: float) -> np.ndarray:
 
 
 def scene_of(record: dict, tangle: Tangle) -> dict:
-    """The geometry of one sample as its scene file holds it, in the saved image's pixel coordinates (x right,
-    y down, origin at the top-left corner, pixel (c, r) centred at (c + 0.5, r + 0.5), as stroke_coverage shades).
-    A loop is its centre line as a closed polyline (the first point not repeated), split so no step exceeds
-    SCENE_MAX_ARC_PX, its bbox that line's; a crossing names loops a <= b (a == b: a loop crossing itself)
-    and its acute angle to 0.01 degrees. Coordinates are rounded to 0.1 px."""
+    """The geometry of one sample as its scene file holds it, in the saved image's pixel coordinates (the
+    format: README.md, "Scene files"); pixel (c, r) is centred at (c + 0.5, r + 0.5), as stroke_coverage shades."""
     slack = 2 * math.sqrt(2) * 0.5 * 10 ** -SCENE_DECIMALS  # how much longer rounding can make a segment
     loops = []
     for points in tangle.loops:
@@ -1433,16 +1339,10 @@ def scene_of(record: dict, tangle: Tangle) -> dict:
         low, high = rounded.min(axis=0), rounded.max(axis=0)
         loops.append({"points": rounded.tolist(), "bbox": [*low.tolist(), *high.tolist()]})
     crossings = tangle.crossings
-    pairs = np.sort(np.column_stack([crossings.loop_a, crossings.loop_b]).astype(np.int64), axis=1)  # (C, 2)
-    return {
-        "image": record["image"],
-        "index": record["index"],
-        "pixel_sha256": record["pixel_sha256"],
-        "loops": loops,
-        "crossings": [{"xy": xy, "loops": pair, "angle_deg": angle}
-                      for xy, pair, angle in zip(np.round(crossings.point, SCENE_DECIMALS).tolist(), pairs.tolist(),
-                                                 np.round(crossings.angle_deg, 2).tolist())],
-    }
+    pairs = np.sort(np.column_stack([crossings.loop_a, crossings.loop_b]).astype(np.int64), axis=1).tolist()
+    xys, angles = np.round(crossings.point, SCENE_DECIMALS).tolist(), np.round(crossings.angle_deg, 2).tolist()
+    return {**{key: record[key] for key in ("image", "index", "pixel_sha256")}, "loops": loops,
+            "crossings": [{"xy": xy, "loops": pair, "angle_deg": a} for xy, pair, a in zip(xys, pairs, angles)]}
 
 
 def fixed_fields(cfg: Config, index: int, num_loops: int) -> dict:

@@ -17,7 +17,7 @@ def find_all_events(loops: list[np.ndarray], cfg: creation.Config):
         found = tree.query_pairs(radius, output_type="ndarray").astype(np.int64)
         return creation.separate_strand_pairs(segs, found, cfg)
 
-    return (segs, creation.find_crossings(segs, pairs_within(longest)),
+    return (segs, creation.crossings_between(segs, segs, *pairs_within(longest).T),
             creation.find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg))
 
 
