@@ -1480,16 +1480,17 @@ LOCK_WAIT_S = 2.0  # how long a shard run waits for the folder lock before it sa
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
+KINDS = {stat.S_IFREG: "a file", stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a folder",
+         stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket"}  # anything else is a device
 
 
 class DatasetError(RuntimeError):
-    """The output folder cannot take this run as it is (another dataset, a missing sample, a pipe): exit 2."""
-    status = 2
+    """The output folder cannot take this run as it is (another dataset, a missing sample, a pipe): exit 2, or 1
+    where another run holds it right now (the same command later will do)."""
 
-
-class LiveRun(DatasetError):
-    """Another run holds the folder's lock right now: exit 1, the same command later will do."""
-    status = 1
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
 
 
 class Shard(NamedTuple):
@@ -1518,11 +1519,9 @@ def json_line(value) -> str:
     return json.dumps(value, ensure_ascii=False) + "\n"
 
 
-def kind_of(path: Path) -> str:
-    mode = os.lstat(path).st_mode
-    kinds = {stat.S_ISREG: "a file", stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder",
-             stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket"}
-    return next((name for test, name in kinds.items() if test(mode)), "a device")
+def same_value(found, expected) -> bool:
+    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
+    return type(found) is type(expected) and found == expected
 
 
 def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb"):
@@ -1556,11 +1555,6 @@ def png_tag(image: Image.Image) -> str | None:
     return image.info.get(PNG_TAG)  # an overlay's or contact sheet's, read without decoding the pixels
 
 
-def same_value(found, expected) -> bool:
-    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
-    return type(found) is type(expected) and found == expected
-
-
 def scene_matches(path: Path, record: dict) -> bool:
     """Whether path is a scene file naming the record's image, index and pixel hash."""
     scene = read_json(path)
@@ -1568,15 +1562,25 @@ def scene_matches(path: Path, record: dict) -> bool:
                                            for key in ("image", "index", "pixel_sha256"))
 
 
+def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = True) -> dict | None:
+    """Sample index's record if it is on disk, says what this config makes of the index in every field known
+    without drawing (an edited or foreign record is not kept) and (checked) its image has the recorded pixels."""
+    record = read_json(record_path(out_dir, index, cfg.n))
+    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
+    if not (isinstance(record, dict) and all(same_value(record.get(key), value) for key, value in fixed.items())):
+        return None
+    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
+        return None
+    return record
+
+
 def write_atomic(path: Path, content, out_dir: Path, replace: bool = True) -> None:
-    """Write content (text, or a function that writes the path it is given) through tmp/<pid>/ and rename it into
-    place: a file is whole or absent. Errors name path alone. Without replace, an existing path is kept
-    (FileExistsError)."""
-    folder = state_path(out_dir, "tmp", str(os.getpid()))
-    tmp = folder / path.name
+    """Write content (text, or a function writing the path it is given) through tmp/<pid>/, then rename it into
+    place (its folder made): whole or absent. Errors name path alone. Without replace, a file there stays."""
+    tmp = state_path(out_dir, "tmp", str(os.getpid()), path.name)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp.unlink(missing_ok=True)
+        for folder in (tmp.parent, path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
         if callable(content):
             content(tmp)
         else:
@@ -1592,35 +1596,21 @@ def write_atomic(path: Path, content, out_dir: Path, replace: bool = True) -> No
         raise OSError(error.errno, error.strerror, str(path)) from None
 
 
-def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = True) -> dict | None:
-    """Sample index's record if it is on disk, says what this config makes of the index in every field known
-    without drawing (an edited or foreign record is not kept) and (checked) its image has the recorded pixels."""
-    record = read_json(record_path(out_dir, index, cfg.n))
-    fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    if not (isinstance(record, dict) and all(same_value(record.get(key), value) for key, value in fixed.items())):
-        return None
-    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
-        return None
-    return record
-
-
-# -- The folder: checks, the identity, the lock
+# -- The folder: its checks, whose dataset it holds, the lock
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is or lies under a file, links to nothing, is read-only or is an export, or that holds
-    the wrong kind of entry where the run writes."""
+    """Refuse an --out that is a file, links to nothing, is read-only or is an export, or that holds the wrong kind
+    of entry where the run writes."""
     if out_dir.is_symlink() and not out_dir.exists():
         raise DatasetError(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
-    folder = next(folder for folder in (out_dir, *out_dir.parents) if folder.exists())
-    if not folder.is_dir():
-        where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
-        raise DatasetError(f"--out {out_dir} {where}, not a folder")
-    if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):
+    if out_dir.exists() and not out_dir.is_dir():  # one under a file cannot be made, and says so
+        raise DatasetError(f"--out {out_dir} is a file, not a folder")
+    if out_dir.exists() and not os.access(out_dir, os.W_OK | os.X_OK):
         raise DatasetError(f"--out {out_dir} is not writable (its permissions, or a read-only file system): "
                            "choose another folder")
     if os.path.lexists(out_dir / EXPORT_MARKER_FILE):  # its annotations describe the export's own files
         raise DatasetError(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
                            "another folder and export from there")
-    files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}", f"{STATE_DIR}/lock"]  # never written through
+    files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}", f"{STATE_DIR}/lock"]  # never opened through
     folders = [STATE_DIR, IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
     for name in files + folders:
         path, what = out_dir / name, "folder" if name in folders else "file"
@@ -1628,26 +1618,23 @@ def check_output_folder(out_dir: Path) -> None:
             continue
         mode = os.stat(path).st_mode if name in folders[1:] and path.exists() else os.lstat(path).st_mode
         if not (stat.S_ISDIR if what == "folder" else stat.S_ISREG)(mode):
-            raise DatasetError(f"{path} is {kind_of(path)}, not a {what}, and the run writes a {what} of that "
-                               "name: move it away")
+            kind = KINDS.get(stat.S_IFMT(os.lstat(path).st_mode), "a device")
+            raise DatasetError(f"{path} is {kind}, not a {what}, and the run writes a {what} of that name: "
+                               "move it away")
 
 
-def identity_difference(found: dict, expected: dict) -> str | None:
-    """The first field a run file declares otherwise than this run's identity ("seed 6, not 5"), or None."""
-    fields = {"generator_version": found.get("generator_version"), **found["config"]}
-    wanted = {"generator_version": expected["generator_version"], **expected["config"]}
-    return next((f"{key} {json.dumps(fields.get(key))[:40]}, not {json.dumps(value)}" for key, value in wanted.items()
-                 if not same_value(fields.get(key), value)), None if fields.keys() == wanted.keys() else "unknown fields")
-
-
-def folder_claim(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, merge: bool) -> tuple[dict | None, bool, bool]:
+def folder_claim(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, merge: bool
+                 ) -> tuple[dict | None, bool, bool]:
     """Whose dataset out_dir holds, read from its run file alone: (the run file, None if absent or damaged; whether
     this run replaces what is there; whether it writes its run file over another). Another dataset is refused
     unless overwrite, a shard of another split always; a merge takes only shard runs of its own flags."""
     path = state_path(out_dir, RUN_FILE)
     found = read_json(path)
     found = found if isinstance(found, dict) and isinstance(found.get("config"), dict) else None
-    difference = found and identity_difference(found, identity(cfg))
+    declared = found and {"generator_version": found.get("generator_version"), **found["config"]}
+    wanted = {"generator_version": GENERATOR_VERSION, **dataclasses.asdict(cfg)}
+    difference = found and next((f"{key} {json.dumps(declared.get(key))[:40]}, not {json.dumps(value)}"
+                                 for key, value in wanted.items() if not same_value(declared.get(key), value)), None)
     held = [p for p in (out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE) if os.path.lexists(p)]
     held += [state_path(out_dir, "records")] * any(state_path(out_dir, "records").glob("*.json"))
     refusal = None  # a run file whose run drew nothing holds nothing: it is replaced unasked
@@ -1718,20 +1705,19 @@ def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
 
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, merge: bool) -> Iterator[dict]:
-    """Hold out_dir and yield its run file: checked before anything is written, made, locked and claimed (another
+    """Hold out_dir and yield its run file: checked before anything is written, locked and claimed (another
     dataset refused, or with --overwrite removed while the lock is held alone). The lock is shared by shard runs
     of one dataset and held alone by the rest; whichever run ends alone removes every run's temporaries."""
     check_output_folder(out_dir)
     rewrite = folder_claim(cfg, out_dir, shard, overwrite, merge)[2]
     try:
-        state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
-        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
+        state_path(out_dir).mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
     shared = shard != WHOLE_RUN and not overwrite  # how the run holds the lock while it draws
     alone = not shared or rewrite  # a run file is written over another only while no other run is live
     run = json_line({**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})})
-    live = LiveRun(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
+    live = DatasetError(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again", 1)
     with open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb") as lock:
         try:
             # A shard run that ends holds the lock alone for a moment to clear tmp/: a shard run waits that out.
@@ -1782,39 +1768,31 @@ STOP_REQUEST = StopRequest()
 
 
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
-    """function(job) for each job in order, on up to `workers` processes; jobs is read as results come back."""
+    """function(job) for each job, in job order, on up to `workers` forked processes (with one, in this process);
+    jobs is read as results come back. Not multiprocessing.Pool: it waits forever on a lock a killed worker held."""
     workers = min(workers, total)  # a pool forks all its workers up front, busy or not
-    results = (function(job) for job in jobs) if workers <= 1 else pool_results(function, jobs, workers)
-    with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress, \
-            contextlib.closing(results):  # stopping here stops the pool too
-        for result in results:
-            yield result
-            progress.update()
-            if STOP_REQUEST.stop is not None:
-                raise KeyboardInterrupt
-
-
-def pool_results(function, jobs: Iterable, workers: int):
-    """function(job) for each job, in job order, from a pool that survives a worker killed outright
-    (multiprocessing.Pool then waits forever on a lock the dead worker held)."""
-    others = set(multiprocessing.active_children())
     methods = multiprocessing.get_all_start_methods()  # fork where there is one, as worker_signals expects
     context = multiprocessing.get_context("fork" if "fork" in methods else methods[0])
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=worker_signals, initargs=(os.getpid(),))
-    in_flight: deque = deque()  # a few jobs per worker keep each busy, and memory flat in n
+    others, in_flight, most = set(multiprocessing.active_children()), deque(), JOBS_IN_FLIGHT_PER_WORKER * workers
+    pool = workers > 1 and ProcessPoolExecutor(workers, mp_context=context, initializer=worker_signals,
+                                               initargs=(os.getpid(),))
     try:
-        for job in jobs:
-            in_flight.append(pool.submit(function, job))
-            if len(in_flight) == JOBS_IN_FLIGHT_PER_WORKER * workers:
-                yield in_flight.popleft().result()
-        while in_flight:
-            yield in_flight.popleft().result()
+        with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
+            for job in itertools.chain(jobs, [None] * most):  # a few jobs in flight per worker; the Nones drain them
+                if job is not None:
+                    in_flight.append(pool.submit(function, job) if pool else functools.partial(function, job))
+                if len(in_flight) == most or (job is None and in_flight):
+                    yield in_flight.popleft().result() if pool else in_flight.popleft()()
+                    progress.update()
+                    if STOP_REQUEST.stop is not None:
+                        raise KeyboardInterrupt
     except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): end the workers now, mid-image
         for process in set(multiprocessing.active_children()) - others:  # the pool names them only privately
             process.terminate()
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def canonical_command(cfg: Config) -> str:
@@ -1822,11 +1800,9 @@ def canonical_command(cfg: Config) -> str:
     parts = ["python creation.py"]
     for field in dataclasses.fields(Config):
         value = getattr(cfg, field.name)
-        if field.name in ORIGINAL_SHAPE_FIELDS and not cfg.original_shapes:
-            continue  # the budgeted mode refuses them
         if isinstance(value, bool):  # a switch: named when on, absent when off
             parts += [flag(field.name)] * value
-        else:
+        elif field.name not in ORIGINAL_SHAPE_FIELDS or cfg.original_shapes:  # the budgeted mode refuses them
             parts.append(f"{flag(field.name)} {command_number(value) if isinstance(value, float) else value}")
     return " ".join(parts)
 
@@ -1838,12 +1814,11 @@ def command_number(value: float) -> str:
 
 
 # -- Drawing and collecting
-def produce_sample(job: tuple[Config, int, str, bool, bool, bool]) -> str:
+def produce_sample(job: tuple[Config, int, Path, bool, bool, bool]) -> str:
     """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record (a
     missing overlay or scene is drawn from the regenerated geometry). A merge only checks. Returns "kept", "drawn",
     or what a merge found: "missing" (no finished sample) or "scene" (its scene file missing or not matching)."""
-    cfg, index, out, overlays, scenes, merge = job
-    out_dir = Path(out)
+    cfg, index, out_dir, overlays, scenes, merge = job
     record = finished_record(cfg, out_dir, index)
     overlay_path = out_dir / REVIEW_DIR / "overlays" / Path(image_name(index, cfg.n)).name
     scene_path = out_dir / scene_name(index, cfg.n)
@@ -1895,7 +1870,6 @@ def collect(cfg: Config, out_dir: Path, contact_sheet: int = 0) -> None:
                 thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
         captions = [f"#{r['index']}  answer {r['answer']}" for r in shown]
         sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(shown))))
-        (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
         write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
                      lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
 
@@ -1906,15 +1880,11 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     """Keep every finished sample of the shard and draw the rest, or (merge) check that the shard runs finished
     every one (and its scene, asked for); a whole run and a merge then collect. Returns how many were drawn."""
     with claimed_folder(cfg, out_dir, shard, overwrite and not merge, merge) as found:
-        if overlays:
-            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-        if scenes and not merge:
-            (out_dir / SCENES_DIR).mkdir(exist_ok=True)
         indices, drawn, missing, bad_scenes = range(shard.k, cfg.n, shard.m), 0, [], []
-        jobs = ((cfg, index, str(out_dir), overlays, scenes, merge) for index in indices)
+        jobs = ((cfg, index, out_dir, overlays, scenes, merge) for index in indices)
         label = "checking" if merge else TASK_NAME
         with contextlib.closing(run_jobs(produce_sample, jobs, len(indices), workers, quiet, label)) as results:
-            for index, outcome in zip(indices, results):  # closing stops the pool before tmp/ is cleared
+            for outcome, index in zip(results, indices):  # closing stops the pool before tmp/ is cleared
                 drawn += outcome == "drawn"
                 (missing if outcome == "missing" else bad_scenes if outcome == "scene" else []).append(index)
         if missing:
@@ -2056,8 +2026,8 @@ def main(argv: list[str] | None = None) -> int:
     # set from the main thread alone: a harness calling main() from another keeps its own.
     STOP_REQUEST.stop = None
     signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
+    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals
+                if threading.current_thread() is threading.main_thread()}
     try:
         drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
                                  args.scenes, args.contact_sheet, args.merge)
