@@ -1485,12 +1485,8 @@ KINDS = {stat.S_IFREG: "a file", stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: 
 
 
 class DatasetError(RuntimeError):
-    """The output folder cannot take this run as it is (another dataset, a missing sample, a pipe): exit 2, or 1
-    where another run holds it right now (the same command later will do)."""
-
-    def __init__(self, message: str, status: int = 2):
-        super().__init__(message)
-        self.status = status
+    """The output folder cannot take this run as it is (another dataset, a missing sample, a pipe): exit 2."""
+    status = 2
 
 
 class Shard(NamedTuple):
@@ -1567,11 +1563,10 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
     without drawing (an edited or foreign record is not kept) and (checked) its image has the recorded pixels."""
     record = read_json(record_path(out_dir, index, cfg.n))
     fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    if not (isinstance(record, dict) and all(same_value(record.get(key), value) for key, value in fixed.items())):
-        return None
-    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
-        return None
-    return record
+    if isinstance(record, dict) and all(same_value(record.get(key), value) for key, value in fixed.items()) and (
+            not check_image or image_matches(out_dir / record["image"], record.get("pixel_sha256"))):
+        return record
+    return None
 
 
 def write_atomic(path: Path, content, out_dir: Path, replace: bool = True) -> None:
@@ -1581,6 +1576,7 @@ def write_atomic(path: Path, content, out_dir: Path, replace: bool = True) -> No
     try:
         for folder in (tmp.parent, path.parent):
             folder.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)  # a dead process's of the same pid may be a hard link to its target
         if callable(content):
             content(tmp)
         else:
@@ -1590,9 +1586,7 @@ def write_atomic(path: Path, content, out_dir: Path, replace: bool = True) -> No
         else:
             os.link(tmp, path)
             tmp.unlink()
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    except OSError as error:  # a temporary left goes with tmp/ when a run ends with the folder to itself
         raise OSError(error.errno, error.strerror, str(path)) from None
 
 
@@ -1611,12 +1605,13 @@ def check_output_folder(out_dir: Path) -> None:
         raise DatasetError(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
                            "another folder and export from there")
     files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}", f"{STATE_DIR}/lock"]  # never opened through
-    folders = [STATE_DIR, IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
-    for name in files + folders:
-        path, what = out_dir / name, "folder" if name in folders else "file"
+    own = [STATE_DIR, f"{STATE_DIR}/records", f"{STATE_DIR}/tmp"]  # the run's own folders, never through a link
+    folders = [IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
+    for name in files + own + folders:
+        path, what = out_dir / name, "file" if name in files else "folder"
         if not os.path.lexists(path):
             continue
-        mode = os.stat(path).st_mode if name in folders[1:] and path.exists() else os.lstat(path).st_mode
+        mode = os.stat(path).st_mode if name in folders and path.exists() else os.lstat(path).st_mode
         if not (stat.S_ISDIR if what == "folder" else stat.S_ISREG)(mode):
             kind = KINDS.get(stat.S_IFMT(os.lstat(path).st_mode), "a device")
             raise DatasetError(f"{path} is {kind}, not a {what}, and the run writes a {what} of that name: "
@@ -1691,16 +1686,13 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
 def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
     """Lock an open file, shared or alone, trying for up to wait_s; whether it was taken (a change of mode may
     drop it). Windows has no such locks: there, runs go unguarded."""
-    deadline = time.monotonic() + wait_s
-    while fcntl is not None:
-        try:
-            fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    for _ in range(round(wait_s / 0.05) + 1):
+        with contextlib.suppress(BlockingIOError):
+            if fcntl is not None:
+                fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
             return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-    return True
+        time.sleep(0.05)
+    return False
 
 
 @contextlib.contextmanager
@@ -1717,7 +1709,8 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, me
     shared = shard != WHOLE_RUN and not overwrite  # how the run holds the lock while it draws
     alone = not shared or rewrite  # a run file is written over another only while no other run is live
     run = json_line({**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})})
-    live = DatasetError(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again", 1)
+    live = DatasetError(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
+    live.status = 1  # the same command later will do
     with open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb") as lock:
         try:
             # A shard run that ends holds the lock alone for a moment to clear tmp/: a shard run waits that out.
@@ -1743,9 +1736,8 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, me
 
 # -- Workers and the dataset files
 def worker_signals(parent_pid: int) -> None:
-    """Worker start-up: Ctrl-C and SIGTERM reach the whole process group, and the parent alone handles them (it ends
-    the workers). Linux kills a worker whose parent dies unwarned (kill -9, out of memory): an idle one would
-    otherwise wait forever for its next job."""
+    """Worker start-up: the parent alone handles Ctrl-C and SIGTERM sent to the whole process group (it ends the
+    workers); Linux kills a worker whose parent dies unwarned (kill -9), or an idle one would wait forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a Python handler could miss it while the worker waits
     with contextlib.suppress(OSError):  # not Linux
