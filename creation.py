@@ -1380,9 +1380,8 @@ LOCK_WAIT_S = 2.0  # how long a shard run waits for the folder lock before it sa
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
 SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
-# Making --out failed because of the path itself (too long, read-only, not a folder, forbidden, missing).
-BAD_FOLDER_ERRNOS = {errno.ENAMETOOLONG, errno.EROFS, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.ENOENT,
-                     errno.EEXIST, errno.ELOOP}
+KINDS = {stat.S_IFREG: "a file", stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a folder",
+         stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket"}  # anything else is a device
 
 
 class DatasetError(RuntimeError):
@@ -1390,22 +1389,10 @@ class DatasetError(RuntimeError):
     status = 2
 
 
-class LiveRun(DatasetError):
-    """Another run holds the folder's lock right now: exit 1, the same command later will do."""
-    status = 1
-
-    def __init__(self, out_dir: Path):
-        super().__init__(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
-
-
-@dataclass(frozen=True)
-class Shard:
+class Shard(NamedTuple):
     """Shard k of m takes every m-th index from k, so each shard gets a mix of counts."""
     k: int
     m: int
-
-    def indices(self, n: int) -> range:
-        return range(self.k, n, self.m)
 
 
 WHOLE_RUN = Shard(0, 1)
@@ -1424,27 +1411,22 @@ def identity(cfg: Config) -> dict:
     return {"generator_version": GENERATOR_VERSION, "config": dataclasses.asdict(cfg)}
 
 
-def kind_of(path: Path) -> str:
-    mode = os.lstat(path).st_mode
-    kinds = {stat.S_ISREG: "a file", stat.S_ISLNK: "a symbolic link", stat.S_ISDIR: "a folder",
-             stat.S_ISFIFO: "a named pipe", stat.S_ISSOCK: "a socket"}
-    return next((name for test, name in kinds.items() if test(mode)), "a device")
+def json_line(value) -> str:
+    return json.dumps(value, ensure_ascii=False) + "\n"
 
 
-def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb", **text):
+def same_value(found, expected) -> bool:
+    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
+    return type(found) is type(expected) and found == expected
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: str = "rb"):
     """Open path only if it is a regular file: never through a symlink, never waiting on a pipe or device."""
-    try:
-        fd = os.open(path, flags | OPEN_SAFELY, 0o644)
-    except OSError as error:
-        if error.errno not in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
-            raise
-        fd = None
-    if fd is not None and stat.S_ISREG(os.fstat(fd).st_mode):
-        return os.fdopen(fd, mode, **text)
-    if fd is not None:
-        os.close(fd)
-    raise DatasetError(f"{path} is {kind_of(path)}, not a file: the run never reads or writes through one; "
-                       "move it away")
+    fd = os.open(path, flags | OPEN_SAFELY, 0o644)
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return os.fdopen(fd, mode)
+    os.close(fd)
+    raise OSError(errno.EINVAL, "not a regular file", str(path))
 
 
 def read_json(path: Path):
@@ -1452,51 +1434,21 @@ def read_json(path: Path):
     try:
         with open_regular(path) as file:
             return json.loads(file.read(), parse_constant=int)  # int("NaN") raises: not JSON
-    except (FileNotFoundError, DatasetError, ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 
-def write_atomic(path: Path, write, out_dir: Path, replace: bool = True) -> None:
-    """Write path through tmp/<pid>/ and rename it into place: a file is whole or absent. Errors name path alone.
-    Without replace, an existing path is kept (FileExistsError)."""
-    folder = state_path(out_dir, "tmp", str(os.getpid()))
-    tmp = folder / path.name
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp.unlink(missing_ok=True)
-        write(tmp)
-        if replace:
-            os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
-        else:
-            os.link(tmp, path)
-            tmp.unlink()
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise OSError(error.errno, error.strerror, str(path)) from None
-
-
-def image_matches(path: Path, sha256) -> bool:
-    """Whether path is a regular file holding a PNG with this pixel hash."""
+def image_matches(path: Path, expected, read=pixel_sha256) -> bool:
+    """Whether path is a regular file holding a PNG whose read(image), by default its pixel hash, is expected."""
     try:
         with open_regular(path) as file, Image.open(file, formats=["PNG"]) as image:
-            return pixel_sha256(image) == sha256
-    except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
+            return expected is not None and read(image) == expected
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return False
 
 
-def png_tag(path: Path) -> str | None:
-    """The generator's tag in a PNG's text chunks (an overlay's or contact sheet's), read without decoding."""
-    try:
-        with open_regular(path) as file, Image.open(file, formats=["PNG"]) as image:
-            return image.info.get(PNG_TAG)
-    except (OSError, SyntaxError, ValueError, DatasetError, Image.DecompressionBombError):
-        return None
-
-
-def same_value(found, expected) -> bool:
-    """Equal in type as well as value: 9.0 and True are not the 9 and 1 a record holds."""
-    return type(found) is type(expected) and found == expected
+def png_tag(image: Image.Image) -> str | None:
+    return image.info.get(PNG_TAG)  # an overlay's or contact sheet's, read without decoding the pixels
 
 
 def scene_matches(path: Path, record: dict) -> bool:
@@ -1510,88 +1462,97 @@ def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = 
     """Sample index's record if it is on disk, says what this config makes of the index in every field known
     without drawing (an edited or foreign record is not kept) and (checked) its image has the recorded pixels."""
     record = read_json(record_path(out_dir, index, cfg.n))
-    if not (isinstance(record, dict) and same_value(record.get("index"), index)):  # True is not the index 1
-        return None
     fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
-    if not all(same_value(record.get(key), value) for key, value in fixed.items()):
-        return None
-    if check_image and not image_matches(out_dir / record["image"], record.get("pixel_sha256")):
-        return None
-    return record
+    if isinstance(record, dict) and all(same_value(record.get(key), value) for key, value in fixed.items()) and (
+            not check_image or image_matches(out_dir / record["image"], record.get("pixel_sha256"))):
+        return record
+    return None
 
 
-# -- The folder: checks, the lock, the identity
+def write_atomic(path: Path, content, out_dir: Path, replace: bool = True) -> None:
+    """Write content (text, or a function writing the path it is given) through tmp/<pid>/, then rename it into
+    place (its folder made): whole or absent. Errors name path alone. Without replace, a file there stays."""
+    tmp = state_path(out_dir, "tmp", str(os.getpid()), path.name)
+    try:
+        for folder in (tmp.parent, path.parent):
+            folder.mkdir(parents=True, exist_ok=True)
+        tmp.unlink(missing_ok=True)  # a dead process's of the same pid may be a hard link to its target
+        if callable(content):
+            content(tmp)
+        else:
+            tmp.write_text(content, encoding="utf-8")
+        if replace:
+            os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
+        else:
+            os.link(tmp, path)
+            tmp.unlink()
+    except OSError as error:  # a temporary left goes with tmp/ when a run ends with the folder to itself
+        raise OSError(error.errno, error.strerror, str(path)) from None
+
+
+# -- The folder: its checks, whose dataset it holds, the lock
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is or lies under a file, links to nothing, is read-only or is an export."""
+    """Refuse an --out that is a file, links to nothing, is read-only or is an export, or that holds the wrong kind
+    of entry where the run writes."""
     if out_dir.is_symlink() and not out_dir.exists():
         raise DatasetError(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
-    folder = next(folder for folder in (out_dir, *out_dir.parents) if folder.exists())
-    if not folder.is_dir():
-        where = "is a file" if folder == out_dir else f"lies under {folder}, which is a file"
-        raise DatasetError(f"--out {out_dir} {where}, not a folder")
-    if folder == out_dir and not os.access(out_dir, os.W_OK | os.X_OK):
+    if out_dir.exists() and not out_dir.is_dir():  # one under a file cannot be made, and says so
+        raise DatasetError(f"--out {out_dir} is a file, not a folder")
+    if out_dir.exists() and not os.access(out_dir, os.W_OK | os.X_OK):
         raise DatasetError(f"--out {out_dir} is not writable (its permissions, or a read-only file system): "
                            "choose another folder")
     if os.path.lexists(out_dir / EXPORT_MARKER_FILE):  # its annotations describe the export's own files
         raise DatasetError(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
                            "another folder and export from there")
-    files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}"]  # replaced, never written through
-    folders = [STATE_DIR, IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
-    for name in files + folders:
-        path, what = out_dir / name, "folder" if name in folders else "file"
+    files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}", f"{STATE_DIR}/lock"]  # never opened through
+    own = [STATE_DIR, f"{STATE_DIR}/records", f"{STATE_DIR}/tmp"]  # the run's own folders, never through a link
+    folders = [IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
+    for name in files + own + folders:
+        path, what = out_dir / name, "file" if name in files else "folder"
         if not os.path.lexists(path):
             continue
-        mode = os.stat(path).st_mode if name in folders[1:] and path.exists() else os.lstat(path).st_mode
+        mode = os.stat(path).st_mode if name in folders and path.exists() else os.lstat(path).st_mode
         if not (stat.S_ISDIR if what == "folder" else stat.S_ISREG)(mode):
-            raise DatasetError(f"{path} is {kind_of(path)}, not a {what}, and the run writes a {what} of that "
-                               "name: move it away")
+            kind = KINDS.get(stat.S_IFMT(os.lstat(path).st_mode), "a device")
+            raise DatasetError(f"{path} is {kind}, not a {what}, and the run writes a {what} of that name: "
+                               "move it away")
 
 
-def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
-    """Lock an open file, shared or alone, trying for up to wait_s; whether it was taken (a change of mode may
-    drop it)."""
-    if fcntl is None:  # no such locks on Windows: runs go unguarded
-        return True
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-
-
-def identity_difference(found: dict, expected: dict) -> str | None:
-    """The first field a run file declares otherwise than this run's identity ("seed 6, not 5"), or None."""
-    fields = {"generator_version": found.get("generator_version"), **found["config"]}
-    wanted = {"generator_version": expected["generator_version"], **expected["config"]}
-    return next((f"{key} {json.dumps(fields.get(key))[:40]}, not {json.dumps(value)}" for key, value in wanted.items()
-                 if not same_value(fields.get(key), value)), None if fields.keys() == wanted.keys() else "unknown fields")
-
-
-def folder_dataset(cfg: Config, out_dir: Path) -> tuple[dict | None, str | None, bool]:
-    """Whose dataset out_dir holds, read from its run file alone: (the run file, None if absent or damaged;
-    why this run may not simply go on there, None if it may; whether --overwrite alone lets it)."""
+def folder_claim(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, merge: bool
+                 ) -> tuple[dict | None, bool, bool]:
+    """Whose dataset out_dir holds, read from its run file alone: (the run file, None if absent or damaged; whether
+    this run replaces what is there; whether it writes its run file over another). Another dataset is refused
+    unless overwrite, a shard of another split always; a merge takes only shard runs of its own flags."""
     path = state_path(out_dir, RUN_FILE)
     found = read_json(path)
-    has_records = any(state_path(out_dir, "records").glob("*.json"))
-    if not (isinstance(found, dict) and isinstance(found.get("config"), dict)):
-        if os.path.lexists(path):
-            return None, f"{path} is not a run file of this generator: move it away or pass --overwrite", True
-        stray = [out_dir / name for name in (ANNOTATIONS_FILE, DATA_FILE) if os.path.lexists(out_dir / name)]
-        if stray or has_records:
-            where = stray[0] if stray else state_path(out_dir, "records")
-            return None, (f"{where} was not made by a run of this generator here (no {STATE_DIR}/{RUN_FILE}): "
-                          "move it away or pass --overwrite to replace it"), True
-        return None, None, False
-    difference = identity_difference(found, identity(cfg))
-    holds = has_records or any(os.path.lexists(out_dir / name) for name in (ANNOTATIONS_FILE, DATA_FILE))
-    if difference is None or not holds:  # a run that drew nothing holds nothing: replaced
-        return found, None, difference is not None
-    return found, (f"{out_dir} holds a different dataset ({difference}); choose another --out or pass "
-                   "--overwrite to replace it"), True
+    found = found if isinstance(found, dict) and isinstance(found.get("config"), dict) else None
+    declared = found and {"generator_version": found.get("generator_version"), **found["config"]}
+    wanted = {"generator_version": GENERATOR_VERSION, **dataclasses.asdict(cfg)}
+    difference = found and next((f"{key} {json.dumps(declared.get(key))[:40]}, not {json.dumps(value)}"
+                                 for key, value in wanted.items() if not same_value(declared.get(key), value)), None)
+    held = [p for p in (out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE) if os.path.lexists(p)]
+    held += [state_path(out_dir, "records")] * any(state_path(out_dir, "records").glob("*.json"))
+    refusal = None  # a run file whose run drew nothing holds nothing: it is replaced unasked
+    if found is None and os.path.lexists(path):
+        refusal = f"{path} is not a run file of this generator: move it away or pass --overwrite"
+    elif found is None and held:
+        refusal = (f"{held[0]} was not made by a run of this generator here (no {STATE_DIR}/{RUN_FILE}): move it "
+                   "away or pass --overwrite to replace it")
+    elif difference and held:
+        refusal = (f"{out_dir} holds a different dataset ({difference}); choose another --out or pass --overwrite "
+                   "to replace it")
+    replace = refusal is not None or difference is not None
+    if merge and (found is None or replace):  # a merge never removes: most likely a flag is mistyped
+        raise DatasetError(f"{out_dir} holds no shard runs to merge ({refusal or f'no {STATE_DIR}/{RUN_FILE}'})"
+                           if found is None else f"{out_dir} holds shard runs made with other flags ({difference}):"
+                           " --merge takes the flags the shards were made with, and never removes shard work")
+    if refusal is not None and not overwrite:
+        raise DatasetError(refusal)
+    split = None if replace or found is None or shard == WHOLE_RUN else found.get("shards")
+    if split not in (None, shard.m):
+        raise DatasetError(f"{out_dir} holds shards of a {split}-way split; this run is shard {shard.k}/{shard.m}: "
+                           "give every shard the same M")
+    return found, replace, replace or (found is not None and shard != WHOLE_RUN and "shards" not in found)
 
 
 def run_digest(run: dict) -> str:
@@ -1601,82 +1562,73 @@ def run_digest(run: dict) -> str:
 
 
 def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
-    """--overwrite: delete what the old run's records name and still matches, then the records and run file."""
-    def remove(path: Path) -> None:  # unless its folder leads out of out_dir through a symlink
-        base, real = os.path.realpath(out_dir), os.path.realpath(path.parent)
-        if real == base or real.startswith(base + os.sep):
+    """--overwrite: delete what the old run's records name and still matches, then the records; never a file
+    whose folder leads out of out_dir through a symlink."""
+    base = os.path.realpath(out_dir)
+
+    def remove(path: Path, matches: bool) -> None:
+        if matches and os.path.commonpath([base, os.path.realpath(path.parent)]) == base:
             path.unlink(missing_ok=True)
-    for path in sorted(state_path(out_dir, "records").glob("*.json")):
+    for path in state_path(out_dir, "records").glob("*.json"):
         record = read_json(path)
         image = record.get("image") if isinstance(record, dict) else None
         if isinstance(image, str) and image.startswith(IMAGES_DIR + "/") and image.count("/") == 1:
-            sha, name = record.get("pixel_sha256"), Path(image).name
-            scene = out_dir / SCENES_DIR / f"{Path(name).stem}.json"
-            if scene_matches(scene, record):
-                remove(scene)
-            overlay = out_dir / REVIEW_DIR / "overlays" / name
-            if sha is not None and png_tag(overlay) == sha:  # an untagged PNG is a user's, whatever the record
-                remove(overlay)
-            if image_matches(out_dir / image, sha):
-                remove(out_dir / image)
+            sha, name = record.get("pixel_sha256"), Path(image)
+            scene, overlay = out_dir / SCENES_DIR / f"{name.stem}.json", out_dir / REVIEW_DIR / "overlays" / name.name
+            remove(scene, scene_matches(scene, record))
+            remove(overlay, image_matches(overlay, sha, png_tag))  # an untagged PNG is a user's, whatever the record
+            remove(out_dir / image, image_matches(out_dir / image, sha))
         path.unlink()
     sheet = out_dir / REVIEW_DIR / CONTACT_SHEET_FILE
-    if old_run is not None and png_tag(sheet) == run_digest(old_run):
-        remove(sheet)
-    state_path(out_dir, RUN_FILE).unlink(missing_ok=True)
+    remove(sheet, old_run is not None and image_matches(sheet, run_digest(old_run), png_tag))
 
 
-def check_split(found: dict | None, shard: Shard, out_dir: Path) -> None:
-    if shard != WHOLE_RUN and found is not None and found.get("shards", shard.m) != shard.m:
-        raise DatasetError(f"{out_dir} holds shards of a {found['shards']}-way split; this run is shard "
-                           f"{shard.k}/{shard.m}: give every shard the same M")
+def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
+    """Lock an open file, shared or alone, trying for up to wait_s; whether it was taken (a change of mode may
+    drop it). Windows has no such locks: there, runs go unguarded."""
+    for _ in range(round(wait_s / 0.05) + 1):
+        with contextlib.suppress(BlockingIOError):
+            if fcntl is not None:
+                fcntl.flock(file, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @contextlib.contextmanager
-def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) -> Iterator[None]:
-    """Hold out_dir: checked before anything is written, made, locked and claimed (another dataset refused, or
-    with --overwrite removed while the lock is held alone). The lock is shared by shard runs of one dataset and
-    held alone by whole runs, merges and --overwrite; whichever run ends alone removes every run's temporaries."""
+def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, merge: bool) -> Iterator[dict]:
+    """Hold out_dir and yield its run file: checked before anything is written, locked and claimed (another
+    dataset refused, or with --overwrite removed while the lock is held alone). The lock is shared by shard runs
+    of one dataset and held alone by the rest; whichever run ends alone removes every run's temporaries."""
     check_output_folder(out_dir)
-    found, refusal, replace = folder_dataset(cfg, out_dir)
-    if refusal is not None and not overwrite:
-        raise DatasetError(refusal)
-    check_split(None if replace else found, shard, out_dir)
+    rewrite = folder_claim(cfg, out_dir, shard, overwrite, merge)[2]
     try:
-        state_path(out_dir, "records").mkdir(parents=True, exist_ok=True)
-        (out_dir / IMAGES_DIR).mkdir(exist_ok=True)
-    except OSError as error:  # a failure due to the path itself is bad input; a full or failing disk is not
-        if error.errno not in BAD_FOLDER_ERRNOS:
-            raise
+        state_path(out_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
-
-    alone = shard == WHOLE_RUN or overwrite
-    run = {**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})}
-    run_path = state_path(out_dir, RUN_FILE)
+    shared = shard != WHOLE_RUN and not overwrite  # how the run holds the lock while it draws
+    alone = not shared or rewrite  # a run file is written over another only while no other run is live
+    run = json_line({**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})})
+    live = DatasetError(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
+    live.status = 1  # the same command later will do
     with open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb") as lock:
         try:
             # A shard run that ends holds the lock alone for a moment to clear tmp/: a shard run waits that out.
-            if not flock(lock, exclusive=alone, wait_s=0.0 if alone else LOCK_WAIT_S):
-                raise LiveRun(out_dir)
-            for _ in range(2):  # read again under the lock: another run may have claimed the folder meanwhile
-                found, refusal, replace = folder_dataset(cfg, out_dir)
-                if refusal is not None and not overwrite:
-                    raise DatasetError(refusal)
-                check_split(None if replace else found, shard, out_dir)
-                if found is not None and not replace and (shard == WHOLE_RUN or "shards" in found):
+            if not flock(lock, alone, 0.0 if alone else LOCK_WAIT_S):
+                raise live
+            for _ in range(2):  # read again under the lock, and after writing: another run may claim it meanwhile
+                found, replace, rewrite = folder_claim(cfg, out_dir, shard, overwrite, merge)
+                if found is not None and not rewrite:
                     break
-                if found is None and not replace:  # a new folder: the first of shard runs started together writes
-                    with contextlib.suppress(FileExistsError):
-                        write_atomic(run_path, lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir, False)
-                    continue
-                if not flock(lock, exclusive=True):  # a run file replaced while no other run holds the folder
-                    raise LiveRun(out_dir)
+                if rewrite and not alone:
+                    raise live
                 if replace:
                     remove_replaced_dataset(out_dir, found)
-                write_atomic(run_path, lambda tmp: tmp.write_text(json.dumps(run) + "\n"), out_dir)
-                if not flock(lock, exclusive=alone):  # back to shared, for a shard run
-                    raise LiveRun(out_dir)
-            yield
+                with contextlib.suppress(FileExistsError):  # of shard runs started together, the first names it
+                    write_atomic(state_path(out_dir, RUN_FILE), run, out_dir, alone)
+            if not flock(lock, exclusive=not shared):  # back to shared, for a shard run
+                raise live
+            yield found
         finally:
             if flock(lock, exclusive=True):  # no other run writes here now
                 shutil.rmtree(state_path(out_dir, "tmp"), ignore_errors=True)
@@ -1684,79 +1636,55 @@ def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool) ->
 
 # -- Workers and the dataset files
 def worker_signals(parent_pid: int) -> None:
-    """Worker start-up: the parent alone handles Ctrl-C (it reaches the whole process group) and lets the
-    running images finish; SIGTERM ends a worker, as the pool expects; the worker dies with its parent."""
+    """Worker start-up: the parent alone handles Ctrl-C and SIGTERM sent to the whole process group (it ends the
+    workers); Linux kills a worker whose parent dies unwarned (kill -9), or an idle one would wait forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a Python handler could miss it while the worker waits
-    # Linux kills the worker when the parent dies unwarned (kill -9, out of memory); otherwise an idle worker
-    # waits forever for its next job, holding both ends of the job pipe.
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not Linux
-        return
-    pr_set_pdeathsig = 1  # from linux/prctl.h
-    libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    with contextlib.suppress(OSError):  # not Linux
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # 1 is PR_SET_PDEATHSIG, from linux/prctl.h
     if os.getppid() != parent_pid:  # it died before the request was made
         os._exit(1)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, as a batch scheduler sends at its time limit: the run stops as on Ctrl-C."""
-
-
 class StopRequest:
-    """The stop signal a run received, kept because the exception its handler raises can be lost: one
-    raised while a finalizer runs is printed and ignored. The run checks it again after each image."""
-    stop: type[KeyboardInterrupt] | None = None
+    """The stop signal a run received, kept because the KeyboardInterrupt its handler raises can be lost (one
+    raised while a finalizer runs is printed and ignored): the run checks it again after each image."""
+    stop: int | None = None
 
-    def handle(self, signum, frame) -> None:
-        self.stop = Terminated if signum == signal.SIGTERM else KeyboardInterrupt
-        raise self.stop
-
-    def check(self) -> None:
-        if self.stop is not None:
-            raise self.stop
+    def handle(self, signum, frame) -> NoReturn:
+        self.stop = signum
+        raise KeyboardInterrupt
 
 
 STOP_REQUEST = StopRequest()
 
 
 def run_jobs(function, jobs: Iterable, total: int, workers: int, quiet: bool, label: str):
-    """function(job) for each job in order, on up to `workers` processes; jobs is read as results come back."""
+    """function(job) for each job, in job order, on up to `workers` forked processes (with one, in this process);
+    jobs is read as results come back. Not multiprocessing.Pool: it waits forever on a lock a killed worker held."""
     workers = min(workers, total)  # a pool forks all its workers up front, busy or not
-    results = (function(job) for job in jobs) if workers <= 1 else pool_results(function, jobs, workers)
-    with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress, \
-            contextlib.closing(results):  # stopping here stops the pool too
-        for result in results:
-            yield result
-            progress.update()
-            STOP_REQUEST.check()
-
-
-def pool_results(function, jobs: Iterable, workers: int):
-    """function(job) for each job, in job order, from a pool that survives a worker killed outright
-    (multiprocessing.Pool then waits forever on a lock the dead worker held)."""
-    others = set(multiprocessing.active_children())
     methods = multiprocessing.get_all_start_methods()  # fork where there is one, as worker_signals expects
     context = multiprocessing.get_context("fork" if "fork" in methods else methods[0])
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=worker_signals, initargs=(os.getpid(),))
+    others, in_flight, most = set(multiprocessing.active_children()), deque(), JOBS_IN_FLIGHT_PER_WORKER * workers
+    pool = workers > 1 and ProcessPoolExecutor(workers, mp_context=context, initializer=worker_signals,
+                                               initargs=(os.getpid(),))
     try:
-        # A few jobs in flight per worker keep every one busy; results come back in job order,
-        # so the output does not depend on the worker count, and memory stays flat in n.
-        in_flight: deque = deque()
-        for job in jobs:
-            in_flight.append(pool.submit(function, job))
-            if len(in_flight) == JOBS_IN_FLIGHT_PER_WORKER * workers:
-                yield in_flight.popleft().result()
-        while in_flight:
-            yield in_flight.popleft().result()
+        with tqdm(total=total, desc=label, unit="img", disable=quiet, file=sys.stderr) as progress:
+            for job in itertools.chain(jobs, [None] * most):  # a few jobs in flight per worker; the Nones drain them
+                if job is not None:
+                    in_flight.append(pool.submit(function, job) if pool else functools.partial(function, job))
+                if len(in_flight) == most or (job is None and in_flight):
+                    yield in_flight.popleft().result() if pool else in_flight.popleft()()
+                    progress.update()
+                    if STOP_REQUEST.stop is not None:
+                        raise KeyboardInterrupt
     except BaseException:  # stopped early (Ctrl-C, SIGTERM, an error): end the workers now, mid-image
-        for process in multiprocessing.active_children():  # the pool names its workers only privately
-            if process not in others:
-                process.terminate()
+        for process in set(multiprocessing.active_children()) - others:  # the pool names them only privately
+            process.terminate()
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if pool:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def canonical_command(cfg: Config) -> str:
@@ -1764,11 +1692,9 @@ def canonical_command(cfg: Config) -> str:
     parts = ["python creation.py"]
     for field in dataclasses.fields(Config):
         value = getattr(cfg, field.name)
-        if field.name in ORIGINAL_SHAPE_FIELDS and not cfg.original_shapes:
-            continue  # the budgeted mode refuses them
         if isinstance(value, bool):  # a switch: named when on, absent when off
             parts += [flag(field.name)] * value
-        else:
+        elif field.name not in ORIGINAL_SHAPE_FIELDS or cfg.original_shapes:  # the budgeted mode refuses them
             parts.append(f"{flag(field.name)} {command_number(value) if isinstance(value, float) else value}")
     return " ".join(parts)
 
@@ -1780,19 +1706,19 @@ def command_number(value: float) -> str:
 
 
 # -- Drawing and collecting
-def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
-    """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record.
-    Returns whether the image was drawn. A missing overlay or scene is drawn from the regenerated geometry."""
-    cfg, index, out, overlays, scenes = job
-    out_dir = Path(out)
+def produce_sample(job: tuple[Config, int, Path, bool, bool, bool]) -> str:
+    """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record (a
+    missing overlay or scene is drawn from the regenerated geometry). A merge only checks. Returns "kept", "drawn",
+    or what a merge found: "missing" (no finished sample) or "scene" (its scene file missing or not matching)."""
+    cfg, index, out_dir, overlays, scenes, merge = job
     record = finished_record(cfg, out_dir, index)
     overlay_path = out_dir / REVIEW_DIR / "overlays" / Path(image_name(index, cfg.n)).name
     scene_path = out_dir / scene_name(index, cfg.n)
     keep = record is not None
-    need_overlay = overlays and not (keep and png_tag(overlay_path) == record["pixel_sha256"])
+    need_overlay = overlays and not (keep and image_matches(overlay_path, record["pixel_sha256"], png_tag))
     need_scene = scenes and not (keep and scene_matches(scene_path, record))
-    if keep and not (need_overlay or need_scene):
-        return False
+    if merge or (keep and not (need_overlay or need_scene)):
+        return "missing" if not keep else "scene" if need_scene else "kept"
     image, record, tangle = make_sample(cfg, index)
     if not keep:
         write_atomic(out_dir / record["image"], lambda tmp: save_png(image, tmp), out_dir)
@@ -1800,27 +1726,17 @@ def produce_sample(job: tuple[Config, int, str, bool, bool]) -> bool:
         overlay = render_overlay(image, tangle, cfg)
         write_atomic(overlay_path, lambda tmp: save_png(overlay, tmp, record["pixel_sha256"]), out_dir)
     if need_scene:
-        scene = json.dumps(scene_of(record, tangle), ensure_ascii=False) + "\n"
-        write_atomic(scene_path, lambda tmp: tmp.write_text(scene, encoding="utf-8"), out_dir)
+        write_atomic(scene_path, json_line(scene_of(record, tangle)), out_dir)
     if not keep:
-        line = json.dumps(record, ensure_ascii=False) + "\n"
-        write_atomic(record_path(out_dir, index, cfg.n), lambda tmp: tmp.write_text(line, encoding="utf-8"), out_dir)
-    return not keep
+        write_atomic(record_path(out_dir, index, cfg.n), json_line(record), out_dir)
+    return "kept" if keep else "drawn"
 
 
-def check_sample(job: tuple[Config, int, str, bool]) -> tuple[bool, bool]:
-    """Worker for a merge: whether sample index is finished, and (asked for) whether its scene matches."""
-    cfg, index, out, scenes = job
-    record = finished_record(cfg, Path(out), index)
-    return record is not None, not scenes or (record is not None
-                                              and scene_matches(Path(out) / scene_name(index, cfg.n), record))
-
-
-def missing_samples(cfg: Config, missing: list[int], shards: int | None) -> DatasetError:
+def missing_samples(cfg: Config, missing: list[int], shards=None) -> DatasetError:
     """The refusal of a collect with samples missing: the first few, and which shards they belong to."""
     shown = ", ".join(image_name(index, cfg.n) for index in missing[:SHOWN_MISSING])
     more = f" and {len(missing) - SHOWN_MISSING:,} more" if len(missing) > SHOWN_MISSING else ""
-    ks = sorted({index % shards for index in missing}) if shards else []
+    ks = sorted({index % shards for index in missing}) if type(shards) is int and shards > 0 else []
     named = f" of shard {', '.join(f'{k}/{shards}' for k in ks[:SHOWN_MISSING])}" if ks else ""
     more_shards = f" and {len(ks) - SHOWN_MISSING} more shards" if len(ks) > SHOWN_MISSING else ""
     return DatasetError(f"missing {len(missing):,} of {cfg.n:,} samples{named}{more_shards}: {shown}{more}")
@@ -1831,15 +1747,14 @@ def collect(cfg: Config, out_dir: Path, contact_sheet: int = 0) -> None:
     the first contact_sheet images, each captioned with its index and answer."""
     records = [finished_record(cfg, out_dir, index, check_image=False) for index in range(cfg.n)]
     if None in records:  # removed or edited since it was checked
-        raise missing_samples(cfg, [records.index(None)], None)
-    lines = "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
+        raise missing_samples(cfg, [records.index(None)])
     histogram = Counter(record["answer"] for record in records)
     header = {"task": TASK_NAME, "generator_version": GENERATOR_VERSION, "schema_version": SCHEMA_VERSION,
               "command": canonical_command(cfg), "config": dataclasses.asdict(cfg), "question": QUESTION,
               "num_samples": len(records), "answer_histogram": {str(k): histogram[k] for k in sorted(histogram)}}
-    document = json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n"
-    write_atomic(out_dir / ANNOTATIONS_FILE, lambda tmp: tmp.write_text(lines, encoding="utf-8"), out_dir)
-    write_atomic(out_dir / DATA_FILE, lambda tmp: tmp.write_text(document, encoding="utf-8"), out_dir)
+    write_atomic(out_dir / ANNOTATIONS_FILE, "".join(map(json_line, records)), out_dir)
+    write_atomic(out_dir / DATA_FILE, json.dumps({**header, "samples": records}, ensure_ascii=False, indent=1) + "\n",
+                 out_dir)
     if contact_sheet:
         shown, thumbnails = records[:contact_sheet], []
         for record in shown:
@@ -1847,51 +1762,31 @@ def collect(cfg: Config, out_dir: Path, contact_sheet: int = 0) -> None:
                 thumbnails.append(image.convert("RGB").resize((THUMBNAIL_PX, THUMBNAIL_PX), Image.LANCZOS))
         captions = [f"#{r['index']}  answer {r['answer']}" for r in shown]
         sheet = render_contact_sheet(thumbnails, captions, columns=math.ceil(math.sqrt(len(shown))))
-        (out_dir / REVIEW_DIR).mkdir(exist_ok=True)
         write_atomic(out_dir / REVIEW_DIR / CONTACT_SHEET_FILE,
                      lambda tmp: save_png(sheet, tmp, run_digest(identity(cfg))), out_dir)
 
 
 def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, shard: Shard = WHOLE_RUN,
-                     overwrite: bool = False, overlays: bool = False, scenes: bool = False, contact_sheet: int = 0
-                     ) -> int:
-    """Keep every finished sample of the shard and draw the rest (a whole run then collects); how many were drawn."""
-    with claimed_folder(cfg, out_dir, shard, overwrite):
-        if overlays:
-            (out_dir / REVIEW_DIR / "overlays").mkdir(parents=True, exist_ok=True)
-        if scenes:
-            (out_dir / SCENES_DIR).mkdir(exist_ok=True)
-        indices = shard.indices(cfg.n)
-        jobs = ((cfg, index, str(out_dir), overlays, scenes) for index in indices)
-        with contextlib.closing(run_jobs(produce_sample, jobs, len(indices), workers, quiet, TASK_NAME)) as results:
-            drawn = sum(results)  # closing stops the pool's workers before their temporaries are removed
-        if shard == WHOLE_RUN:
-            collect(cfg, out_dir, contact_sheet)
-        return drawn
-
-
-def merge_shards(cfg: Config, out_dir: Path, workers: int, quiet: bool = False, scenes: bool = False,
-                 contact_sheet: int = 0) -> None:
-    """Check every sample (and scene) the shard runs made, then write the files one run would have written."""
-    check_output_folder(out_dir)
-    found, refusal, replace = folder_dataset(cfg, out_dir)
-    if found is None:
-        raise DatasetError(f"{out_dir} holds no shard runs to merge ({refusal or f'no {STATE_DIR}/{RUN_FILE}'})")
-    if replace:  # never removed by a merge: most likely the very shards, with a flag mistyped
-        raise DatasetError(f"{out_dir} holds shard runs made with other flags ({identity_difference(found, identity(cfg))}):"
-                           " --merge takes the flags the shards were made with, and never removes shard work")
-    with claimed_folder(cfg, out_dir, WHOLE_RUN, overwrite=False):
-        jobs = ((cfg, index, str(out_dir), scenes) for index in range(cfg.n))
-        missing, bad_scenes = [], []
-        for index, (finished, scene_ok) in enumerate(run_jobs(check_sample, jobs, cfg.n, workers, quiet, "checking")):
-            (missing if not finished else bad_scenes if not scene_ok else []).append(index)
+                     overwrite: bool = False, overlays: bool = False, scenes: bool = False, contact_sheet: int = 0,
+                     merge: bool = False) -> int:
+    """Keep every finished sample of the shard and draw the rest, or (merge) check that the shard runs finished
+    every one (and its scene, asked for); a whole run and a merge then collect. Returns how many were drawn."""
+    with claimed_folder(cfg, out_dir, shard, overwrite and not merge, merge) as found:
+        indices, drawn, missing, bad_scenes = range(shard.k, cfg.n, shard.m), 0, [], []
+        jobs = ((cfg, index, out_dir, overlays, scenes, merge) for index in indices)
+        label = "checking" if merge else TASK_NAME
+        with contextlib.closing(run_jobs(produce_sample, jobs, len(indices), workers, quiet, label)) as results:
+            for outcome, index in zip(results, indices):  # closing stops the pool before tmp/ is cleared
+                drawn += outcome == "drawn"
+                (missing if outcome == "missing" else bad_scenes if outcome == "scene" else []).append(index)
         if missing:
-            shards = found.get("shards")
-            raise missing_samples(cfg, missing, shards if type(shards) is int and shards > 0 else None)
+            raise missing_samples(cfg, missing, found.get("shards"))
         if bad_scenes:
             raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
                                f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
-        collect(cfg, out_dir, contact_sheet)
+        if shard == WHOLE_RUN:
+            collect(cfg, out_dir, contact_sheet)
+        return drawn
 
 
 # ---------------------------------------------------------------------------
@@ -2018,25 +1913,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     shard = args.shard or WHOLE_RUN
-    count = len(shard.indices(cfg.n))
+    count = len(range(shard.k, cfg.n, shard.m))
     # SIGTERM, and Ctrl-C unless a caller ignores it, stop the run through STOP_REQUEST. Handlers can be
     # set from the main thread alone: a harness calling main() from another keeps its own.
     STOP_REQUEST.stop = None
     signals = [signal.SIGTERM] + [signal.SIGINT] * (signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals} if in_main_thread else {}
+    previous = {sig: signal.signal(sig, STOP_REQUEST.handle) for sig in signals
+                if threading.current_thread() is threading.main_thread()}
     try:
-        if args.merge:
-            merge_shards(cfg, args.out, args.workers, args.quiet, args.scenes, args.contact_sheet)
-            done = f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}"
-        else:
-            drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
-                                     args.scenes, args.contact_sheet)
-            files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
-            done = (f"drew {count} images{files}" if drawn == count
-                    else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM as Terminated
-        how, status = ("terminated", 143) if isinstance(stop, Terminated) else ("interrupted", 130)
+        drawn = generate_dataset(cfg, args.out, args.workers, args.quiet, shard, args.overwrite, args.overlays,
+                                 args.scenes, args.contact_sheet, args.merge)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM
+        how, status = ("terminated", 143) if STOP_REQUEST.stop == signal.SIGTERM else ("interrupted", 130)
         print(f"creation.py: {how}; run the same command again to resume", file=sys.stderr)
         return status
     except (DatasetError, PlacementError) as error:
@@ -2052,6 +1940,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    files = f" and wrote {ANNOTATIONS_FILE}, {DATA_FILE}" if shard == WHOLE_RUN else ""
+    done = (f"merged every shard's samples into {ANNOTATIONS_FILE} and {DATA_FILE}" if args.merge
+            else f"drew {count} images{files}" if drawn == count
+            else f"kept {count - drawn} of {count} images, which match their records, drew {drawn}{files}")
     if not args.quiet:
         tqdm.write(f"{done} in {args.out}", file=sys.stderr)
     return 0

@@ -133,8 +133,8 @@ def test_merge_refuses_an_edited_record(tmp_path, monkeypatch, capsys):
     edited = json.loads(path.read_text(encoding="utf-8"))
     edited["answer"] += 1
     path.write_text(json.dumps(edited) + "\n", encoding="utf-8")
-    with pytest.raises(creation.DatasetError, match="missing 1 of 6 samples of shard 1/2: images/tangled_loops_00003.png"):
-        creation.merge_shards(cfg, tmp_path, workers=1, quiet=True)
+    assert creation.main(["--n", "6", "--seed", "3", "--out", str(tmp_path), "--merge", "--quiet", "--workers", "1"]) == 2
+    assert "missing 1 of 6 samples of shard 1/2: images/tangled_loops_00003.png" in capsys.readouterr().err
 
 
 def test_a_merge_of_nothing_is_refused_in_one_line(tmp_path, capsys):
@@ -177,7 +177,7 @@ def test_merge_rerun_after_a_kill_at_any_point_ends_merged_with_nothing_left(poi
     cfg = creation.Config(n=6, seed=3)
     for k in range(2):
         creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True, shard=creation.Shard(k, 2))
-    creation.merge_shards(cfg, tmp_path, workers=1, quiet=True)
+    assert creation.main(["--n", "6", "--seed", "3", "--out", str(tmp_path), "--merge", "--quiet", "--workers", "1"]) == 0
     merged, files = dataset_bytes(tmp_path), listing(tmp_path)
     kill_points(tmp_path)[point]()
     assert creation.main(["--n", "6", "--seed", "3", "--out", str(tmp_path), "--merge", "--quiet", "--workers", "1"]) == 0
@@ -488,7 +488,7 @@ def records_alive():
 
 INDEX_OF_CALL = {  # a function each stage calls once per sample, and how to read the sample's index from its arguments
     "generate": ("make_sample", lambda cfg, index: index),
-    "merge": ("check_sample", lambda job: job[1]),
+    "merge": ("produce_sample", lambda job: job[1]),
     "repeat": ("image_matches", lambda path, sha256: int(path.stem.rsplit("_", 1)[1])),
 }
 
@@ -513,7 +513,8 @@ def test_no_stage_holds_the_records(stage, tmp_path, monkeypatch):
 
     monkeypatch.setattr(creation, name, counting)
     if stage == "merge":
-        creation.merge_shards(cfg, tmp_path, workers=1, quiet=True)
+        assert creation.main(["--n", "300", "--seed", "3", "--out", str(tmp_path), "--merge", "--quiet",
+                              "--workers", "1"]) == 0
     else:
         creation.generate_dataset(cfg, tmp_path, workers=1, quiet=True)
     assert len(alive) == 2 and max(alive) <= 5, alive
@@ -921,16 +922,15 @@ def test_an_out_link_to_nothing_is_bad_input_that_says_so(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("merge", [False, True])
-def test_an_export_folder_is_refused_as_out_even_with_overwrite(merge, tmp_path, monkeypatch):
+def test_an_export_folder_is_refused_as_out_even_with_overwrite(merge, tmp_path, monkeypatch, capsys):
     drawn = count_draws(monkeypatch)
     (tmp_path / creation.EXPORT_MARKER_FILE).write_text("{}", encoding="utf-8")
     (tmp_path / "annotations.jsonl").write_text("", encoding="utf-8")
     before = listing(tmp_path)
-    with pytest.raises(creation.DatasetError, match=rf"is an export \({creation.EXPORT_MARKER_FILE} marks it\)"):
-        if merge:
-            creation.merge_shards(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True)
-        else:
-            creation.generate_dataset(creation.Config(n=3, seed=3), tmp_path, workers=1, quiet=True, overwrite=True)
+    args = ["--n", "3", "--seed", "3", "--out", str(tmp_path), "--quiet", "--workers", "1"]
+    assert creation.main([*args, "--merge" if merge else "--overwrite"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"is an export ({creation.EXPORT_MARKER_FILE} marks it)" in err[0]
     assert listing(tmp_path) == before and drawn == []
 
 
