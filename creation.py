@@ -157,6 +157,13 @@ def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+def refuse_first(refusals: dict[str, bool]) -> None:
+    """Refuse, in one line, the first of a table of refusals (message: whether its rule is broken) that applies."""
+    refused = next((message for message, broken in refusals.items() if broken), None)
+    if refused:
+        raise ValueError(refused)
+
+
 def knob(default, help: str, group: str, **parser_options):
     """A Config field: its default, its --help text and the group of flags it is listed in."""
     return dataclasses.field(default=default, metadata={"help": help, "group": group, **parser_options})
@@ -295,9 +302,7 @@ class Config:
             f"{math.ceil(self.max_loops / loop_ratio_limit)}":
                 budgeted and self.max_loops > loop_ratio_limit * self.min_loops,
         }
-        refused = next((message for message, broken in refusals.items() if broken), None)
-        if refused:
-            raise ValueError(refused)
+        refuse_first(refusals)
 
     @property
     def parallel_gap_checks_nothing(self) -> bool:
@@ -666,11 +671,15 @@ def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.hypot(a[:, 0, None] - b[:, 0], a[:, 1, None] - b[:, 1])
 
 
+def clamp(x: np.ndarray, low, high) -> np.ndarray:
+    """np.clip(x, low, high) without np.clip's per-call argument checks, which cost more than the work here."""
+    return np.minimum(np.maximum(x, low), high)
+
+
 def point_segment_distance(x, a, b) -> np.ndarray:
     abx, aby = b[:, 0] - a[:, 0], b[:, 1] - a[:, 1]
     axx, axy = x[:, 0] - a[:, 0], x[:, 1] - a[:, 1]
-    # np.minimum of np.maximum, not np.clip: its per-call argument checks cost more than the work here.
-    t = np.minimum(np.maximum((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0), 1.0)
+    t = clamp((axx * abx + axy * aby) / np.maximum(abx * abx + aby * aby, 1e-12), 0.0, 1.0)
     return np.hypot(t * abx - axx, t * aby - axy)
 
 
@@ -900,7 +909,7 @@ class SegmentGrid:
 
 def grid_cells(points: np.ndarray, columns: int, pad: int) -> np.ndarray:
     """Table index of the cell holding each point (points off the canvas count as on its edge).  (P,)"""
-    col, row = (np.minimum(np.maximum(np.floor(points / GRID_CELL_PX).astype(np.int64), 0), columns - 1) + pad).T
+    col, row = (clamp(np.floor(points / GRID_CELL_PX).astype(np.int64), 0, columns - 1) + pad).T
     return row * (columns + 2 * pad) + col
 
 
@@ -1891,9 +1900,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
             args.contact_sheet and args.shard,
         "--overlays is made while generating: pass it with --shard": args.overlays and args.merge,
     }
-    refused = next((message for message, broken in refusals.items() if broken), None)
-    if refused:
-        raise ValueError(refused)
+    refuse_first(refusals)
     return cfg
 
 
