@@ -1378,19 +1378,15 @@ def make_sample(cfg: Config, index: int) -> tuple[Image.Image, dict, Tangle]:
 
 
 # ---------------------------------------------------------------------------
-# Runs: finished samples on disk, then one collect step
-#
-# OUT/.tangled_loops/ holds run.json (the identity), records/<stem>.json (one a finished sample, written
-# after its image), a lock and tmp/<pid>/; creation.md, "Runs", says why each is there.
+# Runs: finished samples on disk, then one collect step. OUT/.tangled_loops/ holds run.json (the identity),
+# records/<stem>.json (one a finished sample, written after its image), a lock and tmp/<pid>/ (creation.md, "Runs").
 
 STATE_DIR = ".tangled_loops"
 RUN_FILE = "run.json"
 LOCK_WAIT_S = 2.0  # how long a shard run waits for the folder lock before it says another run holds it
 EXPORT_MARKER_FILE = "tangled_loops_export.json"  # export.py's MARKER_FILE: an export folder holds it
-SHOWN_MISSING = 5  # a collect names the first few missing samples and counts the rest
+SHOWN_MISSING = 5  # a refusal names the first few missing samples and counts the rest
 OPEN_SAFELY = sum(getattr(os, name, 0) for name in ("O_NOFOLLOW", "O_NONBLOCK", "O_CLOEXEC", "O_BINARY"))
-KINDS = {stat.S_IFREG: "a file", stat.S_IFLNK: "a symbolic link", stat.S_IFDIR: "a folder",
-         stat.S_IFIFO: "a named pipe", stat.S_IFSOCK: "a socket"}  # anything else is a device
 
 
 class DatasetError(RuntimeError):
@@ -1420,6 +1416,12 @@ def identity(cfg: Config) -> dict:
     return {"generator_version": GENERATOR_VERSION, "config": dataclasses.asdict(cfg)}
 
 
+def run_digest(run: dict) -> str:
+    """A short fingerprint of a run's identity: the tag of its contact sheet."""
+    wanted = {key: run.get(key) for key in ("generator_version", "config")}
+    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def json_line(value) -> str:
     return json.dumps(value, ensure_ascii=False) + "\n"
 
@@ -1447,17 +1449,13 @@ def read_json(path: Path):
         return None
 
 
-def image_matches(path: Path, expected, read=pixel_sha256) -> bool:
-    """Whether path is a regular file holding a PNG whose read(image), by default its pixel hash, is expected."""
+def image_matches(path: Path, expected, tagged: bool = False) -> bool:
+    """Whether path is a regular file holding a PNG whose pixel hash, or (tagged) PNG tag, is the one expected."""
     try:
         with open_regular(path) as file, Image.open(file, formats=["PNG"]) as image:
-            return expected is not None and read(image) == expected
+            return expected is not None and (image.info.get(PNG_TAG) if tagged else pixel_sha256(image)) == expected
     except (OSError, SyntaxError, ValueError, Image.DecompressionBombError):
         return False
-
-
-def png_tag(image: Image.Image) -> str | None:
-    return image.info.get(PNG_TAG)  # an overlay's or contact sheet's, read without decoding the pixels
 
 
 def scene_matches(path: Path, record: dict) -> bool:
@@ -1468,8 +1466,8 @@ def scene_matches(path: Path, record: dict) -> bool:
 
 
 def finished_record(cfg: Config, out_dir: Path, index: int, check_image: bool = True) -> dict | None:
-    """Sample index's record if it is on disk, says what this config makes of the index in every field known
-    without drawing (an edited or foreign record is not kept) and (checked) its image has the recorded pixels."""
+    """Sample index's record if it is on disk, fits this config in every field known without drawing (an edited
+    or foreign record does not) and (checked) its image has the recorded pixels."""
     record = read_json(record_path(out_dir, index, cfg.n))
     fixed = fixed_fields(cfg, index, loop_count(cfg, index, sample_rng(cfg, index)))
     if isinstance(record, dict) and all(same_value(record.get(key), value) for key, value in fixed.items()) and (
@@ -1490,84 +1488,59 @@ def write_atomic(path: Path, content, out_dir: Path, replace: bool = True) -> No
             content(tmp)
         else:
             tmp.write_text(content, encoding="utf-8")
-        if replace:
-            os.replace(tmp, path)  # replaces a symlink or pipe at path, never writes through it
-        else:
-            os.link(tmp, path)
-            tmp.unlink()
+        (os.replace if replace else os.link)(tmp, path)  # a link or pipe at path is replaced, never written through
+        tmp.unlink(missing_ok=True)
     except OSError as error:  # a temporary left goes with tmp/ when a run ends with the folder to itself
         raise OSError(error.errno, error.strerror, str(path)) from None
 
 
 # -- The folder: its checks, whose dataset it holds, the lock
 def check_output_folder(out_dir: Path) -> None:
-    """Refuse an --out that is a file, links to nothing, is read-only or is an export, or that holds the wrong kind
-    of entry where the run writes."""
-    if out_dir.is_symlink() and not out_dir.exists():
-        raise DatasetError(f"--out {out_dir} is a symbolic link to {os.readlink(out_dir)}, which does not exist")
-    if out_dir.exists() and not out_dir.is_dir():  # one under a file cannot be made, and says so
-        raise DatasetError(f"--out {out_dir} is a file, not a folder")
+    """Refuse an --out that is not a writable folder, is an export, or holds the wrong kind of entry where the run
+    writes."""
+    if os.path.lexists(out_dir) and not out_dir.is_dir():  # one under a file cannot be made, and says so
+        raise DatasetError(f"--out {out_dir} is not a folder (a file, or a link to nothing)")
     if out_dir.exists() and not os.access(out_dir, os.W_OK | os.X_OK):
         raise DatasetError(f"--out {out_dir} is not writable (its permissions, or a read-only file system): "
                            "choose another folder")
     if os.path.lexists(out_dir / EXPORT_MARKER_FILE):  # its annotations describe the export's own files
         raise DatasetError(f"--out {out_dir} is an export ({EXPORT_MARKER_FILE} marks it): generate into "
                            "another folder and export from there")
-    files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}", f"{STATE_DIR}/lock"]  # never opened through
-    own = [STATE_DIR, f"{STATE_DIR}/records", f"{STATE_DIR}/tmp"]  # the run's own folders, never through a link
-    folders = [IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
-    for name in files + own + folders:
+    files = [ANNOTATIONS_FILE, DATA_FILE, f"{STATE_DIR}/{RUN_FILE}", f"{STATE_DIR}/lock"]
+    linked = [IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
+    for name in files + [STATE_DIR, f"{STATE_DIR}/records", f"{STATE_DIR}/tmp"] + linked:
         path, what = out_dir / name, "file" if name in files else "folder"
-        if not os.path.lexists(path):
-            continue
-        mode = os.stat(path).st_mode if name in folders and path.exists() else os.lstat(path).st_mode
-        if not (stat.S_ISDIR if what == "folder" else stat.S_ISREG)(mode):
-            kind = KINDS.get(stat.S_IFMT(os.lstat(path).st_mode), "a device")
-            raise DatasetError(f"{path} is {kind}, not a {what}, and the run writes a {what} of that name: "
-                               "move it away")
+        wrong = not (path.is_file() if name in files else path.is_dir()) or path.is_symlink() and name not in linked
+        if os.path.lexists(path) and wrong:  # a pipe or device would hang a read, a link redirect a write
+            raise DatasetError(f"{path} is not a plain {what}, and the run writes a {what} there: move it away")
 
 
 def folder_claim(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, merge: bool
                  ) -> tuple[dict | None, bool, bool]:
-    """Whose dataset out_dir holds, read from its run file alone: (the run file, None if absent or damaged; whether
-    this run replaces what is there; whether it writes its run file over another). Another dataset is refused
-    unless overwrite, a shard of another split always; a merge takes only shard runs of its own flags."""
+    """Whose dataset out_dir holds, from its run file alone: (the run file or None; whether this run replaces what
+    is there; whether it writes its run file over another). Refuses another dataset unless overwrite, any for a
+    merge, and a shard of another split."""
     path = state_path(out_dir, RUN_FILE)
     found = read_json(path)
     found = found if isinstance(found, dict) and isinstance(found.get("config"), dict) else None
     declared = found and {"generator_version": found.get("generator_version"), **found["config"]}
     wanted = {"generator_version": GENERATOR_VERSION, **dataclasses.asdict(cfg)}
-    difference = found and next((f"{key} {json.dumps(declared.get(key))[:40]}, not {json.dumps(value)}"
-                                 for key, value in wanted.items() if not same_value(declared.get(key), value)), None)
-    held = [p for p in (out_dir / ANNOTATIONS_FILE, out_dir / DATA_FILE) if os.path.lexists(p)]
-    held += [state_path(out_dir, "records")] * any(state_path(out_dir, "records").glob("*.json"))
-    refusal = None  # a run file whose run drew nothing holds nothing: it is replaced unasked
-    if found is None and os.path.lexists(path):
-        refusal = f"{path} is not a run file of this generator: move it away or pass --overwrite"
-    elif found is None and held:
-        refusal = (f"{held[0]} was not made by a run of this generator here (no {STATE_DIR}/{RUN_FILE}): move it "
-                   "away or pass --overwrite to replace it")
-    elif difference and held:
-        refusal = (f"{out_dir} holds a different dataset ({difference}); choose another --out or pass --overwrite "
-                   "to replace it")
-    replace = refusal is not None or difference is not None
-    if merge and (found is None or replace):  # a merge never removes: most likely a flag is mistyped
-        raise DatasetError(f"{out_dir} holds no shard runs to merge ({refusal or f'no {STATE_DIR}/{RUN_FILE}'})"
-                           if found is None else f"{out_dir} holds shard runs made with other flags ({difference}):"
-                           " --merge takes the flags the shards were made with, and never removes shard work")
-    if refusal is not None and not overwrite:
-        raise DatasetError(refusal)
-    split = None if replace or found is None or shard == WHOLE_RUN else found.get("shards")
-    if split not in (None, shard.m):
-        raise DatasetError(f"{out_dir} holds shards of a {split}-way split; this run is shard {shard.k}/{shard.m}: "
-                           "give every shard the same M")
-    return found, replace, replace or (found is not None and shard != WHOLE_RUN and "shards" not in found)
-
-
-def run_digest(run: dict) -> str:
-    """A short fingerprint of a run's identity: the tag of its contact sheet."""
-    wanted = {key: run.get(key) for key in ("generator_version", "config")}
-    return hashlib.sha256(json.dumps(wanted, sort_keys=True).encode()).hexdigest()[:16]
+    difference = f"no readable {STATE_DIR}/{RUN_FILE}" if found is None else next(
+        (f"{key} {json.dumps(declared.get(key))[:40]}, not {json.dumps(value)}"
+         for key, value in wanted.items() if not same_value(declared.get(key), value)), None)
+    held = any(os.path.lexists(out_dir / name) for name in (ANNOTATIONS_FILE, DATA_FILE)) or any(
+        state_path(out_dir, "records").glob("*.json"))
+    replace = difference is not None and (held or os.path.lexists(path))
+    if merge and difference:  # a merge never removes: most likely a flag is mistyped
+        raise DatasetError(f"{out_dir} holds no shard runs of these flags to merge ({difference}); a merge never "
+                           "removes shard work")
+    if replace and (held or found is None) and not overwrite:  # a run file whose run drew nothing: replaced unasked
+        raise DatasetError(f"{out_dir} holds a different dataset ({difference}); choose another --out or pass "
+                           "--overwrite to replace it")
+    if not difference and shard != WHOLE_RUN and found.get("shards") not in (None, shard.m):
+        raise DatasetError(f"{out_dir} holds shards of a {found['shards']}-way split; this run is shard "
+                           f"{shard.k}/{shard.m}: give every shard the same M")
+    return found, replace, replace or (not difference and shard != WHOLE_RUN and "shards" not in found)
 
 
 def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
@@ -1585,11 +1558,11 @@ def remove_replaced_dataset(out_dir: Path, old_run: dict | None) -> None:
             sha, name = record.get("pixel_sha256"), Path(image)
             scene, overlay = out_dir / SCENES_DIR / f"{name.stem}.json", out_dir / REVIEW_DIR / "overlays" / name.name
             remove(scene, scene_matches(scene, record))
-            remove(overlay, image_matches(overlay, sha, png_tag))  # an untagged PNG is a user's, whatever the record
+            remove(overlay, image_matches(overlay, sha, tagged=True))  # an untagged PNG is a user's, whatever it shows
             remove(out_dir / image, image_matches(out_dir / image, sha))
         path.unlink()
     sheet = out_dir / REVIEW_DIR / CONTACT_SHEET_FILE
-    remove(sheet, old_run is not None and image_matches(sheet, run_digest(old_run), png_tag))
+    remove(sheet, old_run is not None and image_matches(sheet, run_digest(old_run), tagged=True))
 
 
 def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
@@ -1606,24 +1579,21 @@ def flock(file, exclusive: bool, wait_s: float = 0.0) -> bool:
 
 @contextlib.contextmanager
 def claimed_folder(cfg: Config, out_dir: Path, shard: Shard, overwrite: bool, merge: bool) -> Iterator[dict]:
-    """Hold out_dir and yield its run file: checked before anything is written, locked and claimed (another
-    dataset refused, or with --overwrite removed while the lock is held alone). The lock is shared by shard runs
-    of one dataset and held alone by the rest; whichever run ends alone removes every run's temporaries."""
+    """Hold out_dir and yield its run file: checked before anything is written, then locked (shared by shard runs
+    of one dataset, alone for the rest) and claimed; whichever run ends alone removes every run's temporaries."""
     check_output_folder(out_dir)
-    rewrite = folder_claim(cfg, out_dir, shard, overwrite, merge)[2]
+    shared = shard != WHOLE_RUN and not overwrite  # how the run holds the lock while it draws
+    alone = folder_claim(cfg, out_dir, shard, overwrite, merge)[2] or not shared  # a run file is rewritten alone
     try:
         state_path(out_dir).mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise DatasetError(f"cannot make the --out folder {out_dir}: {error.strerror or error}") from None
-    shared = shard != WHOLE_RUN and not overwrite  # how the run holds the lock while it draws
-    alone = not shared or rewrite  # a run file is written over another only while no other run is live
     run = json_line({**identity(cfg), **({} if shard == WHOLE_RUN else {"shards": shard.m})})
     live = DatasetError(f"another run is writing into {out_dir} right now; let it finish or stop it, then run again")
     live.status = 1  # the same command later will do
     with open_regular(state_path(out_dir, "lock"), os.O_WRONLY | os.O_CREAT, "wb") as lock:
         try:
-            # A shard run that ends holds the lock alone for a moment to clear tmp/: a shard run waits that out.
-            if not flock(lock, alone, 0.0 if alone else LOCK_WAIT_S):
+            if not flock(lock, alone, 0.0 if alone else LOCK_WAIT_S):  # a shard run waits out one clearing tmp/
                 raise live
             for _ in range(2):  # read again under the lock, and after writing: another run may claim it meanwhile
                 found, replace, rewrite = folder_claim(cfg, out_dir, shard, overwrite, merge)
@@ -1716,15 +1686,14 @@ def command_number(value: float) -> str:
 
 # -- Drawing and collecting
 def produce_sample(job: tuple[Config, int, Path, bool, bool, bool]) -> str:
-    """Worker: keep a finished sample, else draw it and write its image, overlay and scene, then its record (a
-    missing overlay or scene is drawn from the regenerated geometry). A merge only checks. Returns "kept", "drawn",
-    or what a merge found: "missing" (no finished sample) or "scene" (its scene file missing or not matching)."""
+    """Worker: keep a finished sample (drawing again a missing overlay or scene), else draw it and write its image,
+    overlay and scene, then its record: "kept" or "drawn". A merge only checks: "kept", "missing" or "scene"."""
     cfg, index, out_dir, overlays, scenes, merge = job
     record = finished_record(cfg, out_dir, index)
     overlay_path = out_dir / REVIEW_DIR / "overlays" / Path(image_name(index, cfg.n)).name
     scene_path = out_dir / scene_name(index, cfg.n)
     keep = record is not None
-    need_overlay = overlays and not (keep and image_matches(overlay_path, record["pixel_sha256"], png_tag))
+    need_overlay = overlays and not (keep and image_matches(overlay_path, record["pixel_sha256"], tagged=True))
     need_scene = scenes and not (keep and scene_matches(scene_path, record))
     if merge or (keep and not (need_overlay or need_scene)):
         return "missing" if not keep else "scene" if need_scene else "kept"
@@ -1752,8 +1721,7 @@ def missing_samples(cfg: Config, missing: list[int], shards=None) -> DatasetErro
 
 
 def collect(cfg: Config, out_dir: Path, contact_sheet: int = 0) -> None:
-    """Write annotations.jsonl and data.json from the record files, in index order, and the contact sheet of
-    the first contact_sheet images, each captioned with its index and answer."""
+    """Write annotations.jsonl and data.json from the record files, in index order, and the contact sheet."""
     records = [finished_record(cfg, out_dir, index, check_image=False) for index in range(cfg.n)]
     if None in records:  # removed or edited since it was checked
         raise missing_samples(cfg, [records.index(None)])
@@ -1781,21 +1749,20 @@ def generate_dataset(cfg: Config, out_dir: Path, workers: int, quiet: bool = Fal
     """Keep every finished sample of the shard and draw the rest, or (merge) check that the shard runs finished
     every one (and its scene, asked for); a whole run and a merge then collect. Returns how many were drawn."""
     with claimed_folder(cfg, out_dir, shard, overwrite and not merge, merge) as found:
-        indices, drawn, missing, bad_scenes = range(shard.k, cfg.n, shard.m), 0, [], []
+        indices, outcomes = range(shard.k, cfg.n, shard.m), {"kept": [], "drawn": [], "missing": [], "scene": []}
         jobs = ((cfg, index, out_dir, overlays, scenes, merge) for index in indices)
         label = "checking" if merge else TASK_NAME
         with contextlib.closing(run_jobs(produce_sample, jobs, len(indices), workers, quiet, label)) as results:
             for outcome, index in zip(results, indices):  # closing stops the pool before tmp/ is cleared
-                drawn += outcome == "drawn"
-                (missing if outcome == "missing" else bad_scenes if outcome == "scene" else []).append(index)
-        if missing:
-            raise missing_samples(cfg, missing, found.get("shards"))
-        if bad_scenes:
-            raise DatasetError(f"{len(bad_scenes)} scene file(s) missing or not matching their record, first "
-                               f"{scene_name(bad_scenes[0], cfg.n)}; a generation run with --scenes writes them")
+                outcomes[outcome].append(index)
+        if outcomes["missing"]:
+            raise missing_samples(cfg, outcomes["missing"], found.get("shards"))
+        if outcomes["scene"]:
+            raise DatasetError(f"{len(outcomes['scene'])} scene file(s) missing or not matching their record, first "
+                               f"{scene_name(outcomes['scene'][0], cfg.n)}; a generation run with --scenes writes them")
         if shard == WHOLE_RUN:
             collect(cfg, out_dir, contact_sheet)
-        return drawn
+        return len(outcomes["drawn"])
 
 
 # ---------------------------------------------------------------------------
@@ -1825,18 +1792,15 @@ def folder(text: str) -> Path:
 
 def usable_cores() -> int:
     """Cores this process may run on: fewer than the machine has under taskset or a batch scheduler."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on macOS or Windows
-        return os.cpu_count() or 1
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # Linux has it
 
 
 def build_parser() -> OneLineParser:
     """Run flags by hand; every Config field becomes the flag of the same name, with its help and default."""
     p = OneLineParser(prog="creation.py", description="Generate the tangled closed-loop counting dataset.",
-                      epilog="Grade model replies: --evaluate PREDICTIONS.jsonl [--dataset DIR] [--json] [--report-dir R] "
-                             "(python scoring.py --help). Publish a dataset: --export-hub OUT or --export-vlmevalkit "
-                             "FILE.tsv, with --dataset DIR (python export.py --help).")
+                      epilog="Grade model replies: --evaluate PREDICTIONS.jsonl [--dataset DIR] [--json] "
+                             "[--report-dir R] (python scoring.py --help). Publish a dataset: --export-hub OUT or "
+                             "--export-vlmevalkit FILE.tsv, with --dataset DIR (python export.py --help).")
     run = p.add_argument_group("dataset")
     groups = {"dataset": run}
     run.add_argument("--out", type=folder, default=Path(__file__).resolve().parent,
@@ -1850,7 +1814,7 @@ def build_parser() -> OneLineParser:
     review.add_argument("--overlays", action="store_true",
                         help="also write review/overlays/*.png: each loop in its own colour, crossings marked")
     review.add_argument("--contact-sheet", type=int, default=0, metavar="K",
-                        help="also write review/contact_sheet.png: the first K images with their answers (default 0: none)")
+                        help="also write review/contact_sheet.png: the first K images with answers (default 0: none)")
     review.add_argument("--scenes", action="store_true",
                         help="also write scenes/<image name>.json: loops and crossings in pixel coordinates "
                              "(with --merge: check them)")

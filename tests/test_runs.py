@@ -101,7 +101,7 @@ def test_merge_with_a_mistyped_flag_keeps_the_shard_work_even_with_overwrite(two
     for extra in ([], ["--overwrite"]):  # --overwrite never removes shard work in a merge
         assert creation.main([*other_seed, *extra]) == 2
         err = capsys.readouterr().err
-        assert "holds shard runs made with other flags (seed 21, not 22)" in err and "never removes shard work" in err
+        assert "holds no shard runs of these flags to merge (seed 21, not 22); a merge never removes shard work" in err
         assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
     assert creation.main([*FLAGS, "--out", str(out), "--merge"]) == 0
 
@@ -140,7 +140,8 @@ def test_merge_refuses_an_edited_record(tmp_path, monkeypatch, capsys):
 def test_a_merge_of_nothing_is_refused_in_one_line(tmp_path, capsys):
     assert creation.main([*FLAGS, "--out", str(tmp_path), "--merge"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"creation.py: error: {tmp_path} holds no shard runs to merge (no {STATE}/run.json)"]
+        f"creation.py: error: {tmp_path} holds no shard runs of these flags to merge (no readable {STATE}/run.json); "
+        "a merge never removes shard work"]
     assert listing(tmp_path) == []
 
 
@@ -621,7 +622,8 @@ def test_a_damaged_run_file_is_refused_in_one_line(damage, tmp_path, monkeypatch
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert creation.main(args) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"creation.py: error: {run_file} is not a run file of this generator: move it away or pass --overwrite"]
+        f"creation.py: error: {tmp_path} holds a different dataset (no readable {STATE}/run.json); choose another "
+        "--out or pass --overwrite to replace it"]
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     assert creation.main([*args, "--overwrite"]) == 0
 
@@ -673,9 +675,8 @@ def test_the_runs_own_files_are_never_read_or_written_through(name, kind, tmp_pa
     else:
         os.mkfifo(out / STATE / name)
     assert creation.main(["--n", "4", "--seed", "3", "--out", str(out), "--quiet", "--workers", "1"]) == 2
-    what = "a symbolic link" if kind == "symlink" else "a named pipe"
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"creation.py: error: {out / STATE / name} is {what}, not a file")
+    assert len(err) == 1 and err[0].startswith(f"creation.py: error: {out / STATE / name} is not a plain file")
     assert not outside.exists()
 
 
@@ -732,8 +733,8 @@ def test_dataset_files_no_run_here_made_are_refused_in_one_line_unless_overwrite
     args = ["--n", "3", "--seed", "3", "--out", str(tmp_path), "--quiet", "--workers", "1"]
     assert creation.main(args) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"creation.py: error: {tmp_path / name} was not made by a run of this generator here (no {STATE}/run.json): "
-        "move it away or pass --overwrite to replace it"]
+        f"creation.py: error: {tmp_path} holds a different dataset (no readable {STATE}/run.json); choose another "
+        "--out or pass --overwrite to replace it"]
     assert listing(tmp_path) == [name] and drawn == []  # nothing written
     assert creation.main([*args, "--overwrite"]) == 0 and drawn == [0, 1, 2]
 
@@ -866,7 +867,7 @@ def test_the_wrong_kind_of_entry_where_the_run_writes_is_refused_before_drawing(
     (tmp_path / name).mkdir() if kind == "folder" else (tmp_path / name).write_text("notes")
     before = listing(tmp_path)
     wanted = "file" if kind == "folder" else "folder"
-    with pytest.raises(creation.DatasetError, match=f"{name} is a {kind}, not a {wanted}"):
+    with pytest.raises(creation.DatasetError, match=f"{name} is not a plain {wanted}, and the run writes a {wanted}"):
         creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path, workers=1, quiet=True)
     assert drawn == [] and listing(tmp_path) == before
 
@@ -877,18 +878,21 @@ def test_a_file_where_a_flag_writes_its_folder_is_refused_in_one_line(name, flag
     drawn = count_draws(monkeypatch)
     (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / name).write_text("notes")
-    with pytest.raises(creation.DatasetError, match=f"{name} is a file, not a folder"):
+    with pytest.raises(creation.DatasetError, match=f"{name} is not a plain folder"):
         creation.generate_dataset(creation.Config(n=4, seed=3), tmp_path, workers=1, quiet=True, **flags)
     assert drawn == [] and not (tmp_path / "images").exists()
 
 
-def test_out_naming_a_file_is_bad_input_in_one_true_line(tmp_path, capsys):
-    (tmp_path / "file").write_text("mine")
-    assert creation.main([*FLAGS, "--out", str(tmp_path / "file")]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"creation.py: error: --out {tmp_path / 'file'} is a file, not a folder"]
-    assert creation.main([*FLAGS, "--out", str(tmp_path / "file"), "--merge"]) == 2
-    assert (tmp_path / "file").read_text() == "mine"
+@pytest.mark.parametrize("kind", ["file", "link to nothing"])
+def test_out_naming_a_file_or_a_link_to_nothing_is_bad_input_in_one_true_line(kind, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.write_text("mine") if kind == "file" else out.symlink_to(tmp_path / "gone")
+    for extra in ([], ["--merge"]):
+        assert creation.main([*FLAGS, "--out", str(out), *extra]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"creation.py: error: --out {out} is not a folder (a file, or a link to nothing)"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+    assert out.is_symlink() if kind != "file" else out.read_text() == "mine"
 
 
 def test_an_out_folder_this_user_cannot_write_is_bad_input_in_one_line(tmp_path, monkeypatch, capsys):
@@ -911,14 +915,6 @@ def test_an_out_folder_that_cannot_be_made_is_bad_input_named_as_such(tmp_path, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"creation.py: error: cannot make the --out folder {out}: ")
     assert [p.name for p in tmp_path.rglob("*")] in ([], ["made"])  # a parent made on the way may stay (README)
-
-
-def test_an_out_link_to_nothing_is_bad_input_that_says_so(tmp_path, capsys):
-    (tmp_path / "out").symlink_to(tmp_path / "gone")
-    assert creation.main([*FLAGS, "--out", str(tmp_path / "out")]) == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        f"creation.py: error: --out {tmp_path / 'out'} is a symbolic link to {tmp_path / 'gone'}, which does not exist"]
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
 
 
 @pytest.mark.parametrize("merge", [False, True])
