@@ -1,24 +1,16 @@
 """Tangled closed-loop counting: a procedural dataset generator.
 
-Each image is a tangle of smooth closed loops drawn in one dark colour on an
-off-white, faintly noisy canvas. Loops cross each other and themselves, but
-every crossing is a clear X and no two strands run close together elsewhere,
-so a careful person can trace each loop all the way round. The answer to the
-question is the number of loops.
+Each image is a tangle of smooth closed loops drawn in one dark colour on an off-white, faintly noisy canvas.
+Loops cross each other and themselves, but every crossing is a clear X and no two strands run close together
+elsewhere, so a careful person can trace each loop all the way round. The answer is the number of loops.
 
     python creation.py --n 500 --seed 0                 # the published dataset, written here
     python creation.py --n 20 --seed 3 --out /tmp/loops --workers 1
 
-Output (in the folder holding this file, or --out):
-
-    images/tangled_loops_00000.png ...   one PNG per sample
-    annotations.jsonl                    one JSON record per image
-    data.json                            config, command, answer histogram, all records
-    scenes/tangled_loops_00000.json ...  with --scenes: each image's loops and crossings, in its pixels
-
-Grading model replies lives in scoring.py and publishing (Hub, VLMEvalKit) in
-export.py; `creation.py --evaluate ...` and `--export-hub ...` hand over to them.
-creation.md explains the design; README.md shows how to install and run.
+It writes images/, annotations.jsonl and data.json (scenes/ with --scenes) into the folder holding this file
+or --out. Grading model replies lives in scoring.py and publishing (Hub, VLMEvalKit) in export.py;
+`creation.py --evaluate ...` and `--export-hub ...` hand over to them. creation.md explains the design;
+README.md ("What you get") shows how to install and run and what each file holds.
 """
 
 from __future__ import annotations
@@ -76,19 +68,14 @@ TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
 ANNOTATIONS_FILE = "annotations.jsonl"
 DATA_FILE = "data.json"
-QUESTION = (
-    "How many distinct closed loops are tangled together in this image? Each loop is a single continuous curve "
-    "that closes back on itself — there are no loose endpoints anywhere. All loops are drawn in the same colour and "
-    "may cross other loops or themselves freely. Count the total number of distinct closed loops and report the "
-    "count as a positive integer."
-)
+QUESTION = ("How many distinct closed loops are tangled together in this image? Each loop is a single continuous "
+            "curve that closes back on itself — there are no loose endpoints anywhere. All loops are drawn in the "
+            "same colour and may cross other loops or themselves freely. Count the total number of distinct closed "
+            "loops and report the count as a positive integer.")
 
 WORKERS_PER_CORE = 4  # beyond the cores, workers only share them, each holding its memory: 100000 is a typo
 JOBS_IN_FLIGHT_PER_WORKER = 8  # results return in order, so a slow image must not starve the others of jobs
 MIN_CLEAR_PAPER_PX = 2.0  # least bare paper a config may leave between two strokes at their closest
-MAX_LOOPS = 100  # far past what a person can count in one image; a sample's work grows with the square of N
-MAX_WAYPOINTS = 100  # a loop through more is a scribble, and the sampler sizes its arrays by the count
-MAX_GAP_FRACTION = 8  # --min-gap and --parallel-gap at most size / 8: 128 px on the default canvas
 LENS_ARC_RATIO = 1.5  # an eye's sides are nearly straight (under 1.1 x their chord); a curl's lobe is far longer
 GRID_CELL_PX = 4.5  # above the longest segment at default settings, so a crossing search reads 3 x 3 cells
 
@@ -109,7 +96,6 @@ SCENES_DIR = "scenes"  # one JSON file of geometry per image: never inside image
 SCENE_MAX_ARC_PX = 4.0  # most arc between consecutive points of a scene's polyline
 SCENE_DECIMALS = 1  # scene coordinates are rounded to 0.1 px
 ANSWER_DISTRIBUTIONS = ("equal", "uniform")
-ANSWER_STREAM = 1  # first spawn-key element of the answer-order streams
 
 # Budgets of the default mode, in px for the default drawable side; other canvases scale them. Why each
 # hides N: creation.md, "How an image is made", "Nested curls" and "Still open".
@@ -126,7 +112,6 @@ BALANCED_CURL_LOOPS = 11  # ...at this --max-loops, scaled with it as the ink is
 BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
-SCREEN_BATCH_ENDS = (0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)  # screened in two halves; any split agrees
 CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio: small lobes, seldom crossed; lower gives too sharp a tip
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 NESTED_CURL_SHARE = (0.0, 1.0)  # per-image probability that a pair of the curls left is nested (hidden from a count)
@@ -171,6 +156,7 @@ def knob(default, help: str, group: str, **parser_options):
 
 ORIGINAL_SHAPE_FIELDS = ("min_radius", "max_radius", "radius_jitter", "max_waypoints")  # unused when budgeted
 RULE = "traceability rules"  # the --help group of the knobs that keep every loop traceable
+ORIGINAL = "with --original-shapes: "  # the start of the --help of a knob only that mode reads
 
 
 # Bounds of single fields: least (open where it is a float to stay above), most and why; rules between fields
@@ -179,11 +165,10 @@ POSITIVE = math.ulp(0.0)
 BOUNDS = {
     "n": (1, 10_000_000, "about 5 TB of images"),  # and as many record files in one folder
     "seed": (0, None, ""),
-    "min_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
-    "max_loops": (1, MAX_LOOPS, "far more than a person can count in one image"),
+    **{name: (1, 100, "far more than a person can count in one image") for name in ("min_loops", "max_loops")},
     "min_radius": (POSITIVE, None, ""),
-    "min_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble; a cubic loop needs at least 4"),
-    "max_waypoints": (4, MAX_WAYPOINTS, "a loop through more is a scribble"),
+    "min_waypoints": (4, 100, "a loop through more is a scribble; a cubic loop needs at least 4"),
+    "max_waypoints": (4, 100, "a loop through more is a scribble"),
     "angle_jitter": (0, None, ""),
     "radius_jitter": (0, float(np.nextafter(1, 0)), "a waypoint must stay on its side of the centre"),
     "points_per_loop": (64, 20_000, "segments far under a pixel show nothing more and only cost memory"),
@@ -195,8 +180,7 @@ BOUNDS = {
                                         "max_crossing_bend", "bend_window", "min_curl_px")},
     "min_crossing_angle": (0, float(np.nextafter(90, 0)), "a crossing is at most a right angle"),
     "wide_lens_angle": (0, 90, "a crossing is at most a right angle"),
-    "loop_attempts": (1, None, ""),
-    "sample_restarts": (1, None, ""),
+    **{name: (1, None, "") for name in ("loop_attempts", "sample_restarts")},
 }
 
 
@@ -211,12 +195,12 @@ class Config:
                         "uniform: independent draws", "loops", choices=ANSWER_DISTRIBUTIONS)
     original_shapes: bool = knob(False, "the original description's loop shapes (mean radius 150-275 px, no "
                                  "budgets), for comparison only: the ink then gives the count away", "loops")
-    min_radius: float = knob(150.0, "with --original-shapes: smallest mean radius of a loop's waypoint ring, px", "loops")
-    max_radius: float = knob(275.0, "with --original-shapes: largest mean radius of a loop's waypoint ring, px", "loops")
+    min_radius: float = knob(150.0, ORIGINAL + "smallest mean radius of a loop's waypoint ring, px", "loops")
+    max_radius: float = knob(275.0, ORIGINAL + "largest mean radius of a loop's waypoint ring, px", "loops")
     min_waypoints: int = knob(6, "fewest spline waypoints per loop", "loops")
-    max_waypoints: int = knob(10, "with --original-shapes: most spline waypoints per loop", "loops")
+    max_waypoints: int = knob(10, ORIGINAL + "most spline waypoints per loop", "loops")
     angle_jitter: float = knob(0.42, "waypoint angle jitter, rad, capped to keep the waypoints in ring order", "loops")
-    radius_jitter: float = knob(0.32, "with --original-shapes: waypoint radius jitter, fraction of the mean radius", "loops")
+    radius_jitter: float = knob(0.32, ORIGINAL + "waypoint radius jitter, fraction of the mean radius", "loops")
     points_per_loop: int = knob(900, "points on a loop of the longest budgeted length (every loop with "
                                 "--original-shapes); bends are checked at this many spline parameters", "loops")
     size: int = knob(1024, "canvas side, px", "canvas")
@@ -264,14 +248,14 @@ class Config:
         ordered = [("min_loops", "max_loops")] + ([] if budgeted else [("min_radius", "max_radius"),
                                                                        ("min_waypoints", "max_waypoints")])
         # Every strand is searched for neighbours out to these gaps, so they also bound the work.
-        gap_limit = max(self.size, 1024) / MAX_GAP_FRACTION  # on small canvases, never under the defaults
+        gap_limit = max(self.size, 1024) / 8  # on small canvases, never under the defaults
         ink_reach = self.stroke_width / 2 + 0.5  # half a stroke plus a pixel of antialiasing from the centre line
         clear_paper = self.min_gap - 2 * ink_reach
         interior = self.size - 2 * self.interior_margin
         widest_ring = 2 * self.max_radius * (1 + self.radius_jitter)
         # Room to spare (0.9), or splitting the longest budget among min_loops loops would seldom succeed.
         loop_ratio_limit = 0.9 * BALANCED_PERIMETER_PX[1] / BALANCED_MEAN_PERIMETER_PX[1]
-        refusals = {  # the rules between fields, in the order they are checked
+        refuse_first({  # the rules between fields, in the order they are checked
             str(unused_shape_flags(unused)): budgeted and bool(unused),
             f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}":
                 self.answers not in ANSWER_DISTRIBUTIONS,
@@ -301,19 +285,12 @@ class Config:
             f"--max-loops at most {math.floor(loop_ratio_limit * self.min_loops)} here, or --min-loops at least "
             f"{math.ceil(self.max_loops / loop_ratio_limit)}":
                 budgeted and self.max_loops > loop_ratio_limit * self.min_loops,
-        }
-        refuse_first(refusals)
+        })
 
     @property
     def parallel_gap_checks_nothing(self) -> bool:
         """Away from crossings no strands come nearer than min_gap, so a parallel gap at or under it checks nothing."""
         return 0 < self.parallel_gap <= self.min_gap
-
-    @property
-    def self_arc_gap_px(self) -> float:
-        """Arc below which two points of one loop are one strand: with every bend at least min_curvature_radius,
-        a loop cannot return within min_gap of itself inside three gaps of arc, so nothing real is hidden."""
-        return 3.0 * self.min_gap
 
 
 # ---------------------------------------------------------------------------
@@ -328,7 +305,7 @@ def ring_angles(count: int, angle_jitter: float, rng: np.random.Generator) -> np
 
 
 def sample_waypoints(cfg: Config, rng: np.random.Generator) -> np.ndarray:
-    """Waypoints on a jittered ring around the origin, in ring order.  # (K, 2)"""
+    """Waypoints on a jittered ring around the origin, in ring order.  (K, 2)"""
     count = int(rng.integers(cfg.min_waypoints, cfg.max_waypoints + 1))
     angles = ring_angles(count, cfg.angle_jitter, rng)
     mean_radius = rng.uniform(cfg.min_radius, cfg.max_radius)
@@ -341,14 +318,6 @@ def next_points(points: np.ndarray) -> np.ndarray:
     return np.concatenate((points[1:], points[:1]))
 
 
-@functools.cache
-def spline_parameters(num_points: int) -> np.ndarray:
-    """num_points uniform spline parameters in [0, 1), shared read-only by every loop.  (num_points,)"""
-    u = np.linspace(0.0, 1.0, num_points, endpoint=False)
-    u.flags.writeable = False
-    return u
-
-
 def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int) -> tuple[np.ndarray, np.ndarray]:
     """Periodic cubic B-spline through the waypoints: num_points points (num_points, 2) and the radius of
     curvature, px, at check_points parameters, so a short loop is checked for tight bends as finely as a long one."""
@@ -357,14 +326,13 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
     (knots, coefficients, degree), _ = splprep(closed.T, s=0, per=True, k=3)
     # One 2-D BSpline evaluates exactly what splev would, faster; splprep's output needs no constructor checks.
     spline = BSpline.construct_fast(knots, np.column_stack(coefficients), degree)
-    u = spline_parameters(check_points)
-    points = spline(spline_parameters(num_points))
+    points = spline(np.linspace(0.0, 1.0, num_points, endpoint=False))
+    u = np.linspace(0.0, 1.0, check_points, endpoint=False)
     d1, d2 = spline(u, 1), spline(u, 2)
     speed = np.hypot(d1[:, 0], d1[:, 1])
     turn = np.abs(cross2(d1, d2))
     with np.errstate(divide="ignore"):
-        curvature_radius = np.where(turn > 0, speed**3 / turn, np.inf)
-    return points, curvature_radius
+        return points, np.where(turn > 0, speed**3 / turn, np.inf)  # the radius of curvature
 
 
 # ---------------------------------------------------------------------------
@@ -542,14 +510,13 @@ RULES = {  # every traceability rule, in the order a check blames them, and what
 }
 
 
-# For these two cases numpy's fancy indexing takes a slow general path; take and compress give the same, faster.
+# a[index] and a[mask] along the first axis: there numpy's fancy indexing takes a slow general path, and take
+# and compress give the same, faster.
 def rows_at(a: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """a[index] along the first axis."""
     return a.take(index, axis=0)
 
 
 def rows_where(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """a[mask] for a boolean mask over the first axis."""
     return a.compress(mask, axis=0)
 
 
@@ -566,7 +533,7 @@ class Segments:
     index: np.ndarray  # (S,) position of the segment along its loop
     arc: np.ndarray  # (S,) arc length from the loop's first point to the segment's midpoint, px
     perimeter: np.ndarray  # (S,) length of the segment's loop, px
-    bend_deg: np.ndarray  # (S,) how sharply the loop bends at the segment (strand_bend_deg), degrees
+    bend_deg: np.ndarray  # (S,) how sharply the loop bends at the segment (loop_segments), degrees
 
     @functools.cached_property  # the sampler reads a new loop's midpoints several times
     def mid(self) -> np.ndarray:
@@ -576,9 +543,13 @@ class Segments:
         return len(self.loop)
 
 
-def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray, window_px: float) -> np.ndarray:
-    """How sharply one loop bends at each segment, degrees: the turn over window_px either side, less what the
-    flanking arcs turn as well, since the eye follows a strand that keeps its curvature through a crossing.  (P,)"""
+def loop_segments(points: np.ndarray, loop_id: int, bend_window_px: float) -> Segments:
+    """One loop's segments. Its bend at each is the turn over bend_window_px either side, less what the flanking
+    arcs turn as well, since the eye follows a strand that keeps its curvature through a crossing."""
+    end = next_points(points)
+    step = end - points
+    lengths = np.hypot(step[:, 0], step[:, 1])
+    arc = np.cumsum(lengths) - 0.5 * lengths
     heading = np.arctan2(step[:, 1], step[:, 0])
     turn = heading - np.concatenate((heading[-1:], heading[:-1]))  # at vertex k, where segment k starts
     # Bends are at least min_curvature_radius, so no vertex turns by half a turn and one wrap is exact.
@@ -588,20 +559,12 @@ def strand_bend_deg(step: np.ndarray, lengths: np.ndarray, arc: np.ndarray, wind
     # The closed loop repeats one perimeter either side, adding its whole turn, so arcs past its seam need no modulo.
     vertex_around = np.concatenate([vertex - perimeter, vertex, vertex + perimeter])
     turned_around = np.concatenate([turned - total, turned, turned + total])
-    edges = np.array([-3, -1, 1, 3])[:, None] * window_px + arc  # (4, P): where the flanks and the window end
+    edges = np.array([-3, -1, 1, 3])[:, None] * bend_window_px + arc  # (4, P): where the flanks and the window end
     so_far = turned_around.take(np.searchsorted(vertex_around, edges, side="right") - 1)
     before, centre, after = np.diff(so_far, axis=0)
-    return np.degrees(np.minimum(np.abs(centre), 2 * np.abs(centre - 0.5 * (before + after))))
-
-
-def loop_segments(points: np.ndarray, loop_id: int, bend_window_px: float) -> Segments:
-    end = next_points(points)
-    step = end - points
-    lengths = np.hypot(step[:, 0], step[:, 1])
-    arc = np.cumsum(lengths) - 0.5 * lengths
+    bend_deg = np.degrees(np.minimum(np.abs(centre), 2 * np.abs(centre - 0.5 * (before + after))))
     count = len(points)
-    return Segments(points, end, np.full(count, loop_id), np.arange(count), arc,
-                    np.full(count, lengths.sum()), strand_bend_deg(step, lengths, arc, bend_window_px))
+    return Segments(points, end, np.full(count, loop_id), np.arange(count), arc, np.full(count, perimeter), bend_deg)
 
 
 def concat_segments(parts: list[Segments]) -> Segments:
@@ -610,14 +573,14 @@ def concat_segments(parts: list[Segments]) -> Segments:
 
 @dataclass(frozen=True)
 class Crossings:
-    """Crossings found so far; row c is where segments seg_a[c] and seg_b[c] cross."""
+    """Crossings found so far, one a row; each of a crossing's two strands is named by its loop and its arc."""
     point: np.ndarray  # (C, 2) px
     angle_deg: np.ndarray  # (C,) acute angle between the strands, degrees
     loop_a: np.ndarray  # (C,) loop ids, loop_a <= loop_b
     loop_b: np.ndarray
     arc_a: np.ndarray  # (C,) arc position of the crossing segment on loop_a, px
     arc_b: np.ndarray
-    bend_deg: np.ndarray  # (C,) the sharper bend of the two strands there (strand_bend_deg)
+    bend_deg: np.ndarray  # (C,) the sharper bend of the two strands there (loop_segments)
     perimeter_a: np.ndarray  # (C,) length of loop_a, px: where a loop crosses itself, the loop its arcs run along
 
     @staticmethod
@@ -662,8 +625,7 @@ def crossing_geometry(p0, p1, q0, q1) -> tuple[np.ndarray, np.ndarray]:
         t = cross2(q0 - p0, dq) / denom
     point = p0 + t[:, None] * dp
     dot = dp[:, 0] * dq[:, 0] + dp[:, 1] * dq[:, 1]
-    angle = np.degrees(np.arctan2(np.abs(denom), np.abs(dot)))
-    return point, angle
+    return point, np.degrees(np.arctan2(np.abs(denom), np.abs(dot)))
 
 
 def point_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -689,12 +651,12 @@ def longest_segment(segs: Segments) -> float:
 
 
 def separate_strand_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
-    """Candidate pairs (M, 2) of rows of segs, minus two segments of one loop closer than self_arc_gap_px
-    along it: one strand bending, which neither crosses nor approaches itself."""
+    """Candidate pairs (M, 2) of rows of segs, less two segments of one loop under 3 min_gap apart along it: one
+    strand bending, not two (bent no tighter than min_curvature_radius, no loop returns within min_gap sooner)."""
     u, v = pairs[:, 0], pairs[:, 1]
     same_loop = rows_at(segs.loop, u) == rows_at(segs.loop, v)
     separate = ~same_loop | (arc_distance(rows_at(segs.arc, u), rows_at(segs.arc, v), rows_at(segs.perimeter, u))
-                             > cfg.self_arc_gap_px)
+                             > 3.0 * cfg.min_gap)
     return rows_where(pairs, separate)
 
 
@@ -719,21 +681,9 @@ def label_crossings(first: Segments, second: Segments, i: np.ndarray, j: np.ndar
                      np.where(swap, rows_at(second.perimeter, j), rows_at(first.perimeter, i)))
 
 
-def find_near_pairs(segs: Segments, pairs: np.ndarray, cfg: Config) -> np.ndarray:
-    """The (K, 2) candidate pairs that come within cfg.min_gap of each other, crossing pairs included."""
-    u, v = pairs[:, 0], pairs[:, 1]
-    p0, p1, q0, q1 = rows_at(segs.start, u), rows_at(segs.end, u), rows_at(segs.start, v), rows_at(segs.end, v)
-    # Two segments are closest at an end of one of them, unless they cross.
-    ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
-                              point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
-    return rows_where(pairs, np.where(segments_cross(p0, p1, q0, q1), 0.0, ends) < cfg.min_gap)
-
-
 def unexcused_pairs(pairs: np.ndarray, segs: Segments, crossings: Crossings, gap_px: float,
                     longest: float) -> np.ndarray:
     """Which segment pairs (K, 2) lie inside no gap_px crossing window of their two strands.  (K,) bool"""
-    if len(pairs) == 0:
-        return np.zeros(0, dtype=bool)
     u, v = pairs[:, 0], pairs[:, 1]
     loop_u, loop_v = rows_at(segs.loop, u), rows_at(segs.loop, v)
     swap = loop_u > loop_v
@@ -759,7 +709,13 @@ def clearance_faults(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
                      longest: float) -> np.ndarray:
     """The pairs (K, 2) closer than min_gap that no crossing excuses; the excused ones are set aside first,
     since nearly every close pair sits at a crossing and exact distances cost more."""
-    return find_near_pairs(segs, rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.min_gap, longest)), cfg)
+    pairs = rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.min_gap, longest))
+    u, v = pairs[:, 0], pairs[:, 1]
+    p0, p1, q0, q1 = rows_at(segs.start, u), rows_at(segs.end, u), rows_at(segs.start, v), rows_at(segs.end, v)
+    # Two segments are closest at an end of one of them, unless they cross.
+    ends = np.minimum.reduce([point_segment_distance(p0, q0, q1), point_segment_distance(p1, q0, q1),
+                              point_segment_distance(q0, p0, p1), point_segment_distance(q1, p0, p1)])
+    return rows_where(pairs, np.where(segments_cross(p0, p1, q0, q1), 0.0, ends) < cfg.min_gap)
 
 
 def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cfg: Config,
@@ -769,10 +725,9 @@ def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
     pairs = rows_where(pairs, unexcused_pairs(pairs, segs, crossings, cfg.parallel_gap, longest))
     u, v = pairs[:, 0], pairs[:, 1]
     # Midpoint to segment both ways, so a pair's order does not matter: for nearly parallel segments, their distance.
-    start_u, end_u, start_v, end_v = (rows_at(a, i) for a, i in ((segs.start, u), (segs.end, u),
-                                                                   (segs.start, v), (segs.end, v)))
-    near = np.minimum(point_segment_distance(0.5 * (start_u + end_u), start_v, end_v),
-                      point_segment_distance(0.5 * (start_v + end_v), start_u, end_u)) < cfg.parallel_gap
+    ends_u, ends_v = (rows_at(segs.start, u), rows_at(segs.end, u)), (rows_at(segs.start, v), rows_at(segs.end, v))
+    near = np.minimum(point_segment_distance(rows_at(segs.mid, u), *ends_v),
+                      point_segment_distance(rows_at(segs.mid, v), *ends_u)) < cfg.parallel_gap
     u, v = rows_where(u, near), rows_where(v, near)
     rows, beside = np.concatenate([u, v]), np.concatenate([rows_at(segs.loop, v), rows_at(segs.loop, u)])
     return longest_runs_px(segs, rows, beside)
@@ -781,8 +736,6 @@ def parallel_runs_px(pairs: np.ndarray, segs: Segments, crossings: Crossings, cf
 def longest_runs_px(segs: Segments, rows: np.ndarray, beside: np.ndarray) -> np.ndarray:
     """Per (loop, other loop) pair, the arc of the longest run of consecutive marked rows (M,) beside (M,).
     Segments are stored loop by loop, each in one block, in order along it.  (R,) px"""
-    if len(rows) == 0:
-        return np.zeros(0)
     loops = int(segs.loop.max()) + 1  # a (loop, other loop) pair is the key loop * loops + other
     counts = np.bincount(segs.loop, minlength=loops)  # (loops,) segments per loop
     first = np.cumsum(counts) - counts
@@ -825,8 +778,7 @@ def same_pair_separation_px(angle_deg: np.ndarray, cfg: Config, eye: np.ndarray 
     """Least distance between two crossings of the same two loops, given the shallower angle_deg: the lens
     between them, about D tan(theta / 4) wide, must be min_gap wide (parallel_gap below wide_lens_angle, where eye)."""
     width = np.where((angle_deg < cfg.wide_lens_angle) & eye, max(cfg.min_gap, cfg.parallel_gap), cfg.min_gap)
-    lens_px = width / np.tan(np.radians(np.maximum(angle_deg, 1.0)) / 4)
-    return np.maximum(cfg.min_same_pair_separation, lens_px)
+    return np.maximum(cfg.min_same_pair_separation, width / np.tan(np.radians(np.maximum(angle_deg, 1.0)) / 4))
 
 
 def count_faults(crossings: np.ndarray, room: float) -> dict[str, np.ndarray]:
@@ -879,6 +831,16 @@ def unbroken(faults: dict[str, np.ndarray]) -> np.ndarray:
 def first_broken(faults: dict[str, np.ndarray]) -> str | None:
     """The first rule any row breaks, or None."""
     return next((rule for rule, broken in faults.items() if broken.any()), None)
+
+
+def rule_to_blame(faults: dict[str, np.ndarray]) -> str | None:
+    """The first rule that every row still standing breaks, rows falling at each rule they break; None if one passes."""
+    standing = True
+    for rule, broken in faults.items():
+        standing = standing & ~broken
+        if not np.any(standing):
+            return rule
+    return None
 
 
 def curl_too_small(reach_px: np.ndarray, cfg: Config) -> bool:
@@ -961,8 +923,8 @@ def loop_count(cfg: Config, index: int, rng: np.random.Generator) -> int:
         return int(rng.integers(cfg.min_loops, cfg.max_loops + 1))
     counts = np.arange(cfg.min_loops, cfg.max_loops + 1)
     block, slot = divmod(index, len(counts))
-    # A two-element spawn key can never equal a sample's one-element key.
-    block_rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(ANSWER_STREAM, block)))
+    # A two-element spawn key (1, block) can never equal a sample's one-element key.
+    block_rng = np.random.default_rng(np.random.SeedSequence(cfg.seed, spawn_key=(1, block)))
     return int(block_rng.permutation(counts)[slot])
 
 
@@ -981,7 +943,7 @@ class Tangle:
 
     @staticmethod
     def empty(cfg: Config) -> Tangle:
-        segs = concat_segments([loop_segments(np.zeros((0, 2)), 0, cfg.bend_window)])
+        segs = loop_segments(np.zeros((0, 2)), 0, cfg.bend_window)
         return Tangle((), segs, tangle_grid(segs, cfg, 0.0), Crossings.empty(), 0.0)
 
     def crossing_room(self, shape: LoopShape) -> float:
@@ -1010,14 +972,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
     new = loop_segments(points, len(tangle.loops), cfg.bend_window)
     longest = max(tangle.longest, longest_segment(new))
-    if screened is None:
-        between = crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest))
-    else:
-        between = label_crossings(new, tangle.segs, *screened[:4])
-    if shape is not None and tangle.loops:
-        reason = first_broken(count_faults(np.array([len(between)]), tangle.crossing_room(shape)))
-        if reason is not None:
-            return None, reason
+    between = (crossings_between(new, tangle.segs, *grid_pairs(tangle.grid, new.mid, longest)) if screened is None
+               else label_crossings(new, tangle.segs, *screened[:4]))
     segs = concat_segments([tangle.segs, new])
     offset = len(tangle.segs)
     new_tree = cKDTree(new.mid)
@@ -1026,8 +982,8 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
         found = new_tree.query_pairs(radius, output_type="ndarray").astype(np.int64) + offset
         return separate_strand_pairs(segs, found, cfg)
     crossings = between + crossings_between(segs, segs, *pairs_within_new(longest).T)
-    reason = first_broken(crossing_faults(crossings, tangle.crossings, cfg))
-    if reason is not None:
+    counted = count_faults(np.array([len(between)]), tangle.crossing_room(shape)) if shape and tangle.loops else {}
+    if reason := first_broken({**counted, **crossing_faults(crossings, tangle.crossings, cfg)}):
         return None, reason
     curls = rows_where(np.arange(len(crossings)), crossings.is_self)
     if len(curls) and curl_too_small(lobe_reach_px(new, crossings.take(curls)), cfg):
@@ -1046,32 +1002,10 @@ def try_add_loop(tangle: Tangle, points: np.ndarray, cfg: Config, shape: LoopSha
     return Tangle(tangle.loops + (points,), segs, tangle_grid(segs, cfg, longest), crossings, longest), None
 
 
-@dataclass(frozen=True)
-class PlacementFaults:
-    """What each of K translated copies of a loop does to the tangle, by the rules on crossings between loops."""
-    crossings: np.ndarray  # (K,) crossings with the tangle
-    crossing_rules: dict[str, np.ndarray]  # crossing_faults per copy, (K,) bool each; judged only within the budget
-
-    def broken(self, room: float) -> dict[str, np.ndarray]:
-        return {**count_faults(self.crossings, room), **self.crossing_rules}
-
-    def allowed(self, room: float) -> np.ndarray:
-        return unbroken(self.broken(room))
-
-    def reason(self, room: float) -> str:
-        """The rule to blame when no copy passes: in RULES order, the first that all copies left break."""
-        passed = np.ones(len(self.crossings), dtype=bool)
-        for rule, broken in self.broken(room).items():
-            if not np.any(passed & ~broken):
-                return rule
-            passed &= ~broken
-        return rule
-
-
-def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, room: float, cfg: Config
-                     ) -> tuple[PlacementFaults, ScreenedCrossings]:
-    """The faults of each translated copy of a loop (tries, (K, P, 2)) against the tangle, and its crossings,
-    judged by count_faults and crossing_faults; copies outside the count rules are judged no further."""
+def placement_faults(tangle: Tangle, tries: np.ndarray, new: Segments, room: float, cfg: Config
+                     ) -> tuple[dict[str, np.ndarray], ScreenedCrossings]:
+    """The count_faults and crossing_faults against the tangle of each copy (tries, (K, P, 2)) of the loop new (its
+    segments unmoved, as the next loop), (K,) bool each, and their crossings; copies outside the count go no further."""
     count, points = tries.shape[1], tries.reshape(-1, 2)
     ends = np.concatenate([tries[:, 1:], tries[:, :1]], axis=1).reshape(-1, 2)
     longest = max(tangle.longest, float(np.hypot(*(ends - points).T).max()))  # copies differ by rounding
@@ -1079,19 +1013,16 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, bend_deg: np.ndarray, ro
     pairs = (rows_at(points, mine), rows_at(ends, mine), rows_at(tangle.segs.start, theirs),
              rows_at(tangle.segs.end, theirs))
     hit = segments_cross(*pairs)
-    crossings = np.bincount(rows_where(mine, hit) // count, minlength=len(tries))
-    hit &= rows_at(unbroken(count_faults(crossings, room)), mine // count)
+    faults = count_faults(np.bincount(rows_where(mine, hit) // count, minlength=len(tries)), room)
+    hit &= rows_at(unbroken(faults), mine // count)
     point, angle = crossing_geometry(*(rows_where(a, hit) for a in pairs))
     copy, segment = np.divmod(rows_where(mine, hit), count)  # (H,) each
     row = rows_where(theirs, hit)
-    # As label_crossings would label them: the new loop's id is above every old one; no self-crossings, no arcs.
-    zeros = np.zeros(len(row))
-    found = Crossings(point, angle, rows_at(tangle.segs.loop, row), np.full(len(row), len(tangle.loops)), zeros,
-                      zeros, np.maximum(rows_at(bend_deg, segment), rows_at(tangle.segs.bend_deg, row)), zeros)
+    found = label_crossings(new, tangle.segs, segment, row, point, angle)
     # Pairs across copies are measured too and masked out: a batch's copies make few crossings.
-    per_copy = {rule: np.bincount(rows_where(copy, broken), minlength=len(tries)) > 0
-                for rule, broken in crossing_faults(found, tangle.crossings, cfg, copy).items()}
-    return PlacementFaults(crossings, per_copy), ScreenedCrossings(segment, row, point, angle, copy)
+    for rule, broken in crossing_faults(found, tangle.crossings, cfg, copy).items():
+        faults[rule] = np.bincount(rows_where(copy, broken), minlength=len(tries)) > 0
+    return faults, ScreenedCrossings(segment, row, point, angle, copy)
 
 
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
@@ -1102,33 +1033,26 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
     offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
     room = tangle.crossing_room(shape)
-    # Moving a loop changes its bends by rounding at most; try_add_loop measures them again where it lands.
-    bend_deg = loop_segments(placed, 0, cfg.bend_window).bend_deg
+    new = loop_segments(placed, len(tangle.loops), cfg.bend_window)  # try_add_loop measures it again where it lands
     batches = []
-    for start, stop in itertools.pairwise(SCREEN_BATCH_ENDS):
+    for start, stop in itertools.pairwise((0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)):  # any split agrees
         tries = np.empty((stop - start, len(placed), 2))  # (K, P, 2): the loop moved by each offset
         for axis in range(2):  # one coordinate at a time (the short axis; see the geometry section's head)
             tries[..., axis] = placed[:, axis] + offsets[start:stop, axis, None]
-        faults, hits = placement_faults(tangle, tries, bend_deg, room, cfg)
-        allowed = faults.allowed(room)
+        faults, hits = placement_faults(tangle, tries, new, room, cfg)
+        allowed = unbroken(faults)
         if allowed.any():
             chosen = int(np.argmax(allowed))
             return tries[chosen], hits.of(chosen), None
         batches.append(faults)
-    every = PlacementFaults(np.concatenate([f.crossings for f in batches]),
-                            {rule: np.concatenate([f.crossing_rules[rule] for f in batches])
-                             for rule in batches[0].crossing_rules})
-    return None, None, every.reason(room)
+    return None, None, rule_to_blame({rule: np.concatenate([f[rule] for f in batches]) for rule in batches[0]})
 
 
 def draw_loop(cfg: Config, rng: np.random.Generator,
               shape: LoopShape | None = None) -> tuple[np.ndarray | None, str | None]:
     """One loop placed on the canvas, or None with the rule its shape broke; shape is None with --original-shapes."""
-    if shape is None:
-        points, curvature_radius = fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop,
-                                                     cfg.points_per_loop)
-    else:
-        points, curvature_radius = balanced_loop(shape, cfg, rng)
+    points, curvature_radius = (balanced_loop(shape, cfg, rng) if shape is not None else
+                                fit_closed_spline(sample_waypoints(cfg, rng), cfg.points_per_loop, cfg.points_per_loop))
     if curvature_radius.min() < cfg.min_curvature_radius:
         return None, "curvature"
     shifts = placement_range(points, cfg)  # to a uniform position whose every point stays inside the margin
@@ -1264,9 +1188,8 @@ def render_loops(loops: tuple[np.ndarray, ...], cfg: Config, rng: np.random.Gene
 
 def save_png(image: Image.Image, target, tag: str | None = None) -> None:
     """PNG with Huffman-only deflate (canvas noise defeats LZ77); a tag marks an overlay or contact sheet."""
-    info = None
+    info = PngImagePlugin.PngInfo()  # with no tag it adds nothing
     if tag is not None:
-        info = PngImagePlugin.PngInfo()
         info.add_text(PNG_TAG, tag)
     image.save(target, format="PNG", compress_type=zlib.Z_HUFFMAN_ONLY, pnginfo=info)
 

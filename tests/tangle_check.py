@@ -9,7 +9,7 @@ import creation
 
 
 def find_all_events(loops: list[np.ndarray], cfg: creation.Config):
-    """Segments, crossings and near-approach pairs of a finished set of loops, all pairs at once."""
+    """Segments, crossings and the pairs whose midpoints are near enough to break min_gap, over all pairs at once."""
     segs = creation.concat_segments([creation.loop_segments(p, i, cfg.bend_window) for i, p in enumerate(loops)])
     tree, longest = cKDTree(segs.mid), creation.longest_segment(segs)
 
@@ -18,7 +18,7 @@ def find_all_events(loops: list[np.ndarray], cfg: creation.Config):
         return creation.separate_strand_pairs(segs, found, cfg)
 
     return (segs, creation.crossings_between(segs, segs, *pairs_within(longest).T),
-            creation.find_near_pairs(segs, pairs_within(cfg.min_gap + longest), cfg))
+            pairs_within(cfg.min_gap + longest))
 
 
 def longest_run_in_tangle_px(segs, crossings, cfg: creation.Config) -> float:
@@ -37,7 +37,7 @@ def longest_parallel_run_px(loops: list[np.ndarray], cfg: creation.Config) -> fl
 
 def tangle_violations(loops: list[np.ndarray], cfg: creation.Config) -> list[str]:
     """Every rule a finished set of loops breaks, in creation.RULES order."""
-    segs, crossings, near = find_all_events(loops, cfg)
+    segs, crossings, candidates = find_all_events(loops, cfg)
     faults = [rule for rule, broken in creation.crossing_faults(crossings, creation.Crossings.empty(), cfg).items()
               if broken.any()]
     for loop_id, points in enumerate(loops):
@@ -46,7 +46,7 @@ def tangle_violations(loops: list[np.ndarray], cfg: creation.Config) -> list[str
         if len(mine) and creation.curl_too_small(creation.lobe_reach_px(segments, crossings.take(mine)), cfg):
             faults.append("curl_size")
             break
-    if len(creation.clearance_faults(near, segs, crossings, cfg, creation.longest_segment(segs))):
+    if len(creation.clearance_faults(candidates, segs, crossings, cfg, creation.longest_segment(segs))):
         faults.append("min_gap")
     if creation.runs_too_long(np.array([longest_run_in_tangle_px(segs, crossings, cfg)]), cfg):
         faults.append("parallel")

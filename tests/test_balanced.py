@@ -261,9 +261,9 @@ def placements(loop, count, seed):
     return loop[None] + rng.uniform(*creation.placement_range(loop, BALANCED), (count, 2))[:, None]
 
 
-def bends(tries):
-    """strand_bend_deg of the loop the copies share (moving a loop does not change it)."""
-    return creation.loop_segments(tries[0], 0, BALANCED.bend_window).bend_deg
+def unmoved(partial, tries):
+    """The segments of the loop the copies share, as the tangle's next loop (moving a loop does not change them)."""
+    return creation.loop_segments(tries[0], len(partial.loops), BALANCED.bend_window)
 
 
 @pytest.mark.parametrize("index, whole_cap", [(0, False), (1, False), (2, False), (1, True)])
@@ -280,8 +280,8 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
             break
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    faults = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)[0]
-    allowed = faults.allowed(room)
+    faults, hits = creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)
+    allowed = creation.unbroken(faults)
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert list(allowed) == [reason not in SCREENED_RULES for reason in reasons]
     assert 0 < allowed.sum() < len(tries)  # both outcomes were tried
@@ -290,11 +290,13 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
     blamed = []
     for last in sorted(set(rank[rank >= 0])):
         failed = tries[(rank >= 0) & (rank <= last)]
-        blamed.append(creation.placement_faults(partial, failed, bends(failed), room, BALANCED)[0].reason(room))
+        blamed.append(creation.rule_to_blame(
+            creation.placement_faults(partial, failed, unmoved(partial, failed), room, BALANCED)[0]))
         assert blamed[-1] == SCREENED_RULES[last]
     assert len(blamed) >= 4
     if whole_cap:
-        assert np.any(faults.crossings == room) and np.any(allowed & (faults.crossings == room))
+        on_budget = np.bincount(hits.copy, minlength=len(tries)) == room  # a copy within budget hands on every crossing
+        assert np.any(on_budget) and np.any(allowed & on_budget)
 
 
 @pytest.mark.parametrize("index", range(3))
@@ -304,7 +306,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
     assert find_all_events([loop], BALANCED)[1].is_self.any()
     tries = placements(loop, 300, index)
     room = partial.crossing_room(shape)
-    allowed = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)[0].allowed(room)
+    allowed = creation.unbroken(creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)[0])
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
     assert 0 < allowed.sum() < len(tries)
     assert all(reason in SCREENED_RULES for reason, ok in zip(reasons, allowed) if not ok)
@@ -316,10 +318,11 @@ def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
     loop = drawn_loop(shape, index)
     tries = placements(loop, 60, index)
     room = partial.crossing_room(shape)
-    faults, hits = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)
+    faults, hits = creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)
+    within_budget = creation.unbroken({rule: faults[rule] for rule in ("disconnected", "crossing_budget")})
     accepted = 0
     for k, loop_copy in enumerate(tries):
-        if not 1 <= faults.crossings[k] <= room:  # the screen hands on no copy outside the budget
+        if not within_budget[k]:  # the screen hands on no copy outside the budget
             continue
         searched, reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape)
         handed, handed_reason = creation.try_add_loop(partial, loop_copy, BALANCED, shape, hits.of(k))
@@ -329,7 +332,7 @@ def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
             for field in dataclasses.fields(creation.Crossings):
                 np.testing.assert_array_equal(getattr(handed.crossings, field.name),
                                               getattr(searched.crossings, field.name))
-    assert 0 < np.count_nonzero(faults.crossings) and accepted > 0
+    assert not faults["disconnected"].all() and accepted > 0
 
 
 @pytest.mark.parametrize("index, cap", [(0, None), (2, None), (3, None), (0, 0.0)])  # a cap of 0: nowhere fits
@@ -343,8 +346,8 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
         *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
     tries = loop[None] + offsets[:, None]
     room = partial.crossing_room(shape)
-    faults, _ = creation.placement_faults(partial, tries, bends(tries), room, BALANCED)
-    allowed = faults.allowed(room)
+    faults, _ = creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)
+    allowed = creation.unbroken(faults)
     assert allowed.any() == (cap is None)
     if allowed.any():
         assert reason is None
@@ -357,7 +360,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
             assert len(handed.crossings) == len(searched.crossings)
             np.testing.assert_array_equal(handed.crossings.point, searched.crossings.point)
     else:
-        assert placed is None and pairs is None and reason == faults.reason(room) == "crossing_budget"
+        assert placed is None and pairs is None and reason == creation.rule_to_blame(faults) == "crossing_budget"
 
 
 def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
@@ -382,10 +385,10 @@ def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
 def test_a_shape_that_fits_nowhere_is_blamed_on_the_first_rule_its_positions_all_break(crossings, shallow, bent,
                                                                                         crowded, lens, rule):
     rules = ("crossing_angle", "crossing_bend", "crossing_separation", "same_pair_separation")
-    faults = creation.PlacementFaults(np.array(crossings), {rule: np.array(f, dtype=bool) for rule, f in
-                                                            zip(rules, (shallow, bent, crowded, lens))})
-    assert not faults.allowed(room=5).any()
-    assert faults.reason(room=5) == rule
+    faults = {**creation.count_faults(np.array(crossings), room=5),
+              **{rule: np.array(f, dtype=bool) for rule, f in zip(rules, (shallow, bent, crowded, lens))}}
+    assert not creation.unbroken(faults).any()
+    assert creation.rule_to_blame(faults) == rule
 
 
 def readme_small_canvas_config() -> Config:

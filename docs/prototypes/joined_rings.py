@@ -69,14 +69,14 @@ def docked_screen(tangle, placed, cfg, rng, shape):
     if len(offsets) == 0:
         return None, None, "interior_margin"
     room = tangle.crossing_room(shape)
-    bend_deg = C.loop_segments(placed, 0, cfg.bend_window).bend_deg
+    new = C.loop_segments(placed, len(tangle.loops), cfg.bend_window)
     tries = placed[None] + offsets[:, None]  # the same sums as creation.py's screen
-    faults, hits = C.placement_faults(tangle, tries, bend_deg, room, cfg)
-    allowed = faults.allowed(room)
+    faults, hits = C.placement_faults(tangle, tries, new, room, cfg)
+    allowed = C.unbroken(faults)
     if allowed.any():
         chosen = int(np.argmax(allowed))
         return tries[chosen], hits.of(chosen), None
-    return None, None, faults.reason(room)
+    return None, None, C.rule_to_blame(faults)
 
 
 def place(cfg, rng, shapes):
