@@ -1433,7 +1433,7 @@ def check_output_folder(out_dir: Path) -> None:
     linked = [IMAGES_DIR, SCENES_DIR, REVIEW_DIR, f"{REVIEW_DIR}/overlays"]  # a linked one is written into
     for name in files + [STATE_DIR, f"{STATE_DIR}/records", f"{STATE_DIR}/tmp"] + linked:
         path, what = out_dir / name, "file" if name in files else "folder"
-        wrong = not (path.is_file() if name in files else path.is_dir()) or path.is_symlink() and name not in linked
+        wrong = not (path.is_file() if name in files else path.is_dir()) or (path.is_symlink() and name not in linked)
         if os.path.lexists(path) and wrong:  # a pipe or device would hang a read, a link redirect a write
             raise DatasetError(f"{path} is not a plain {what}, and the run writes a {what} there: move it away")
 
