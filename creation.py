@@ -62,7 +62,7 @@ try:
 except ImportError:  # not on Windows: there, nothing stops two runs writing one folder at once
     fcntl = None
 
-GENERATOR_VERSION = "2.8.0"  # part of a dataset's identity: bump it whenever output changes
+GENERATOR_VERSION = "3.0.0"  # part of a dataset's identity: bump it whenever output changes
 SCHEMA_VERSION = 1
 TASK_NAME = "tangled_loops"
 IMAGES_DIR = "images"
@@ -97,28 +97,41 @@ SCENE_MAX_ARC_PX = 4.0  # most arc between consecutive points of a scene's polyl
 SCENE_DECIMALS = 1  # scene coordinates are rounded to 0.1 px
 ANSWER_DISTRIBUTIONS = ("equal", "uniform")
 
-# Budgets of the default mode, in px for the default drawable side; other canvases scale them. Why each
-# hides N: creation.md, "How an image is made", "Nested curls" and "Still open".
+# Budgets of the default mode, in px for the default drawable side; other canvases scale them. They are drawn
+# for max_loops rings whatever N, and merges make the N loops (creation.md, "How an image is made").
 BALANCED_REFERENCE_SIDE_PX = 914.0  # size minus twice interior_margin at the defaults
 BALANCED_MEAN_PERIMETER_PX = (750.0, 1000.0)  # total ink length / max_loops, drawn per image
 BALANCED_PERIMETER_PX = (550.0, 2600.0)  # bounds on one loop's share of the ink
-BALANCED_SQUARED_SHARES = 0.22  # mean sum of squared perimeter shares, whatever N (see perimeter_shares)
-BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when N is too small to reach that mean: near-equal shares
+BALANCED_SQUARED_SHARES = 0.22  # mean sum of squared perimeter shares (see perimeter_shares)
+BALANCED_MAX_CONCENTRATION = 50.0  # Dirichlet alpha when there are too few rings to reach that mean: near-equal shares
 BALANCED_SPACING_PX = (90.0, 160.0)  # waypoint spacing shared by all loops of an image
 BALANCED_WIGGLE = (0.3, 0.5)  # radial waypoint jitter, fraction of the spacing
-CURLS_PER_MISSING_LOOP = 0.6  # a curl turns like a loop; more per loop short of max_loops and their count gives N away
-BALANCED_EXTRA_CURLS = 14.0  # curls on top, uniform in [0, this + 1), so the count is not N's mirror...
+BALANCED_CURLS = 3.0  # curls per image, uniform in [0, this + 1): few, as each makes a ring dearer to place...
 BALANCED_CURL_LOOPS = 11  # ...at this --max-loops, scaled with it as the ink is
-BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between loops per (total length / side)^2 at min_loops
+BALANCED_CROSSING_DENSITY = (0.16, 0.24)  # crossings between rings per (total length / side)^2
 CROSSING_SLACK = 3.0  # crossings a loop may run ahead of the image's budget
 PLACEMENTS_PER_SHAPE = 16  # positions tried for one budgeted shape before it is redrawn
 CURL_DEPTH = (3.5, 5.5)  # prolate-trochoid ratio: small lobes, seldom crossed; lower gives too sharp a tip
 CURL_ARC_GAPS = 3.56  # arc a curl adds, in waypoint gaps: mean trochoid arc over one period, minus one
 NESTED_CURL_SHARE = (0.0, 1.0)  # per-image probability that a pair of the curls left is nested (hidden from a count)
-NESTED_CURLS_PER_MISSING_LOOP = 0.6  # drawn first: a hidden curl's turn stands in for a missing loop's
 NESTED_CURL_ROOM = 0.7  # room a nested curl takes on its loop, in ring curls (it needs no gap of its own)
 INNER_CURL_ARC_GAPS = 3.0  # arc a nested curl adds, in waypoint gaps
 INNER_CURL_DEPTH = (3.0, 3.5)  # a nested curl's trochoid ratio: higher crosses too shallowly, lower bends too tightly
+# Merges: where two rings become one loop. A cross-join cuts two strands at a near pass and reconnects them across
+# each other (a new X); a splice cuts them at a crossing and reconnects them turning away (the X becomes a near pass).
+# Lengths scale with the drawable side, as the budgets do.
+DOCK_GAP_PX = (18.0, 38.0)  # a ring is screened at positions this far beside a strand, so near passes are common
+NEAR_PASS_GAP_PX = (14.0, 45.0)  # centre-line distance of two rings' strands where a cross-join may cut them
+NEAR_PASS_COS = 0.85  # least |cos| between those strands: nearly parallel
+NEAR_PASS_CLEAR_PX = 45.0  # from a near pass to the nearest crossing
+CROSS_JOIN_ANGLE = (55.0, 80.0)  # degrees, the X a cross-join makes
+SPLICE_MIN_ANGLE = 50.0  # degrees: a shallower crossing spliced leaves two strands running side by side
+SPLICE_GAP_PX = (20.0, 28.0)  # about how far apart a splice leaves the two strands at their closest
+SPLICE_MAX_HALF_PX = 40.0  # most a splice cuts either side of its crossing
+SPLICE_CLEAR_PX = 30.0  # from a spliced crossing to the nearest other crossing
+MERGE_SPACING_PX = 80.0  # between two merge sites
+MERGE_TRIES = 12  # choices of merges tried on one ring tangle before some rings are placed again
+MAX_LOOP_RATIO = 2.34  # most max_loops / min_loops: 11 rings take the 6 merges 5 loops need in about 9 tangles of 10
 
 
 # ---------------------------------------------------------------------------
@@ -253,8 +266,6 @@ class Config:
         clear_paper = self.min_gap - 2 * ink_reach
         interior = self.size - 2 * self.interior_margin
         widest_ring = 2 * self.max_radius * (1 + self.radius_jitter)
-        # Room to spare (0.9), or splitting the longest budget among min_loops loops would seldom succeed.
-        loop_ratio_limit = 0.9 * BALANCED_PERIMETER_PX[1] / BALANCED_MEAN_PERIMETER_PX[1]
         refuse_first({  # the rules between fields, in the order they are checked
             str(unused_shape_flags(unused)): budgeted and bool(unused),
             f"--answers must be one of {', '.join(ANSWER_DISTRIBUTIONS)}, got {self.answers}":
@@ -280,11 +291,12 @@ class Config:
                 widest_ring > interior and not budgeted,  # budgeted loops are sized by their ink share instead
             f"--min-loops must be at least 2 (or pass --original-shapes), got {self.min_loops}: the loops join one "
             "tangle by crossing one another": budgeted and self.min_loops < 2,
-            f"one ink budget is shared among --min-loops {self.min_loops} to --max-loops {self.max_loops} loops; "
-            f"at most {loop_ratio_limit:g} times as many loops at the top as at the bottom fit on the canvas: "
-            f"--max-loops at most {math.floor(loop_ratio_limit * self.min_loops)} here, or --min-loops at least "
-            f"{math.ceil(self.max_loops / loop_ratio_limit)}":
-                budgeted and self.max_loops > loop_ratio_limit * self.min_loops,
+            f"every image is --max-loops {self.max_loops} rings merged down to its count of loops, and a tangle "
+            f"seldom has room to merge more than about half of them (--min-loops {self.min_loops}): at most "
+            f"{MAX_LOOP_RATIO:g} times as many loops at the top as at the bottom: "
+            f"--max-loops at most {math.floor(MAX_LOOP_RATIO * self.min_loops)} here, or --min-loops at least "
+            f"{math.ceil(self.max_loops / MAX_LOOP_RATIO)}":
+                budgeted and self.max_loops > MAX_LOOP_RATIO * self.min_loops,
         })
 
     @property
@@ -336,20 +348,20 @@ def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int)
 
 
 # ---------------------------------------------------------------------------
-# Loop shapes, default mode: per-image budgets of ink length, turning and crossings
+# Loop shapes, default mode: max_loops rings whatever N, sharing per-image budgets of ink and crossings
 #
-# Drawn alike, loops give N away (N perimeters of ink, N turns): so one ink budget is split among them, curls
-# (some nested) blur the turning, crossings between loops are capped, one waypoint spacing serves them all.
+# Drawn alike, N loops give N away (N perimeters of ink, N turns, N loop-sized shapes on a thumbnail): so every
+# image is drawn as max_loops rings and max_loops - N of them are merged afterwards (the sampler).
 
 
 @dataclass(frozen=True)
 class LoopShape:
-    """What the budgeted default asks of one loop; its exact form is redrawn on every attempt."""
+    """What the budgeted default asks of one ring; its exact form is redrawn on every attempt."""
     perimeter: float  # px, met exactly by scaling
     waypoints: int  # ring waypoints before curls
     wiggle: float  # radial waypoint jitter, fraction of the waypoint spacing
     curls: int  # self-crossing curls on the ring, each in its own waypoint gap with a free gap either side
-    crossing_cap: float  # most crossings between different loops once this loop is placed
+    crossing_cap: float  # most crossings between different rings once this ring is placed
     nested: int = 0  # of those curls, how many carry a second curl on their lobe
 
 
@@ -358,52 +370,47 @@ def budget_scale(cfg: Config) -> float:
     return (cfg.size - 2 * cfg.interior_margin) / BALANCED_REFERENCE_SIDE_PX
 
 
-def balanced_shapes(cfg: Config, rng: np.random.Generator, num_loops: int) -> tuple[LoopShape, ...]:
-    """Per-loop targets for one image, largest loop first; the budgets they share do not depend on N."""
+def ring_shapes(cfg: Config, rng: np.random.Generator) -> tuple[LoopShape, ...]:
+    """Per-ring targets for one image's max_loops rings, largest first; nothing here knows N."""
     scale = budget_scale(cfg)
-    total = cfg.max_loops * scale * rng.uniform(*BALANCED_MEAN_PERIMETER_PX)
-    # Extra curls in proportion to the ink: the full count on the ink of a few loops bends too tightly to draw.
-    extra_curls = BALANCED_EXTRA_CURLS * cfg.max_loops / BALANCED_CURL_LOOPS
-    num_curls = int(CURLS_PER_MISSING_LOOP * (cfg.max_loops - num_loops) + rng.uniform(0, extra_curls + 1))
+    rings = cfg.max_loops
+    total = rings * scale * rng.uniform(*BALANCED_MEAN_PERIMETER_PX)
+    num_curls = int(rng.uniform(0, BALANCED_CURLS * rings / BALANCED_CURL_LOOPS + 1))  # in proportion to the ink
     # A curl takes its gap, CURL_ARC_GAPS of arc and a free gap; capping the spacing by the total length over
-    # num_curls + num_loops (nearly N-free) leaves the loops room for every curl.
+    # num_curls + rings leaves the rings room for every curl.
     footprint = 2 + CURL_ARC_GAPS
-    spacing = min(scale * rng.uniform(*BALANCED_SPACING_PX), total / (footprint * (num_curls + num_loops)))
+    spacing = min(scale * rng.uniform(*BALANCED_SPACING_PX), total / (footprint * (num_curls + rings)))
     wiggle = rng.uniform(*BALANCED_WIGGLE)
-    perimeters = -np.sort(-perimeter_shares(total, num_loops, scale, rng))
-    room = perimeters / spacing / footprint  # (N,) curls each loop has room for
-    # Nested curls for the missing loops, then a per-image share of the pairs left; each sits on a ring curl.
-    for_missing = rng.binomial(cfg.max_loops - num_loops, NESTED_CURLS_PER_MISSING_LOOP)
-    by_share = rng.binomial(max(num_curls - for_missing, 0) // 2, rng.uniform(*NESTED_CURL_SHARE))
-    nested_total = min(num_curls // 2, for_missing + by_share)
-    curls = np.zeros(num_loops, dtype=int)
-    for _ in range(num_curls - nested_total):  # one at a time, so full loops drop out and density stays even
+    perimeters = -np.sort(-perimeter_shares(total, rings, scale, rng))
+    room = perimeters / spacing / footprint  # (R,) curls each ring has room for
+    # A per-image share of the pairs of curls is nested; each sits on a ring curl.
+    nested_total = rng.binomial(num_curls // 2, rng.uniform(*NESTED_CURL_SHARE))
+    curls = np.zeros(rings, dtype=int)
+    for _ in range(num_curls - nested_total):  # one at a time, so full rings drop out and density stays even
         weights = np.where(curls < np.floor(room), perimeters, 0.0)
-        curls[rng.choice(num_loops, p=weights / weights.sum())] += 1
-    nested = np.zeros(num_loops, dtype=int)
-    ring_gaps = perimeters / spacing - CURL_ARC_GAPS * curls  # (N,) what is left for the ring itself
-    for _ in range(nested_total):  # on the curls of loops with room left, else on the ring if it has room
+        curls[rng.choice(rings, p=weights / weights.sum())] += 1
+    nested = np.zeros(rings, dtype=int)
+    ring_gaps = perimeters / spacing - CURL_ARC_GAPS * curls  # (R,) what is left for the ring itself
+    for _ in range(nested_total):  # on the curls of rings with room left, else on the ring if it has room
         fits = ((curls + NESTED_CURL_ROOM * (nested + 1) <= room)
                 & (ring_gaps - INNER_CURL_ARC_GAPS * (nested + 1) >= cfg.min_waypoints))
         weights = np.where(fits, curls - nested, 0).astype(float)
         if weights.any():
-            nested[rng.choice(num_loops, p=weights / weights.sum())] += 1
+            nested[rng.choice(rings, p=weights / weights.sum())] += 1
             continue
         weights = np.where((curls + NESTED_CURL_ROOM * nested + 1 <= room)
                            & (ring_gaps - CURL_ARC_GAPS - INNER_CURL_ARC_GAPS * nested >= cfg.min_waypoints),
                            perimeters, 0.0)
         if not weights.any():
             break  # too little ink for this curl anywhere
-        chosen = rng.choice(num_loops, p=weights / weights.sum())
+        chosen = rng.choice(rings, p=weights / weights.sum())
         curls[chosen] += 1
         ring_gaps[chosen] -= CURL_ARC_GAPS
     waypoints = np.maximum(np.rint(ring_gaps - INNER_CURL_ARC_GAPS * nested), cfg.min_waypoints)
-    # Most crossings between different loops once each is placed, in placement order: what min_loops loops
-    # make, plus the curls each loop above them no longer carries, so the total is free of N.  (N,)
+    # Most crossings between different rings once each is placed, in placement order.  (R,)
     relative_length = total / (scale * BALANCED_REFERENCE_SIDE_PX)
-    budget = (rng.uniform(*BALANCED_CROSSING_DENSITY) * relative_length**2
-              + CURLS_PER_MISSING_LOOP * (len(perimeters) - cfg.min_loops))
-    with_earlier = perimeters * (np.cumsum(perimeters) - perimeters)  # (N,)
+    budget = rng.uniform(*BALANCED_CROSSING_DENSITY) * relative_length**2
+    with_earlier = perimeters * (np.cumsum(perimeters) - perimeters)  # (R,)
     share = np.cumsum(with_earlier) / with_earlier.sum()
     caps = np.maximum(budget * share, 2 * np.arange(len(perimeters))) + CROSSING_SLACK
     return tuple(LoopShape(float(p), int(k), float(wiggle), int(c), float(cap), int(m))
@@ -492,7 +499,8 @@ def placement_range(points: np.ndarray, cfg: Config) -> tuple[list[float], list[
 
 
 RULES = {  # every traceability rule, in the order a check blames them, and what to change when most
-    # redraws break it; count_faults and crossing_faults state the first six, try_add_loop the others
+    # redraws break it; count_faults and crossing_faults state the first six, try_add_loop the others; last,
+    # the two reasons a choice of merges fails that are not rules (merge_rings)
     "disconnected": "lower --max-loops",
     "crossing_budget": "lower --max-loops",
     "crossing_angle": "lower --max-loops or --min-crossing-angle",
@@ -507,6 +515,8 @@ RULES = {  # every traceability rule, in the order a check blames them, and what
     "curvature": "lower --angle-jitter or --min-curvature-radius (with --original-shapes, also --max-waypoints "
                  "or --radius-jitter)",
     "interior_margin": "lower --interior-margin (with --original-shapes, also --max-radius)",
+    "merge_sites": "lower --max-loops or raise --min-loops (fewer rings to merge into loops)",
+    "bare_lobe": "lower --max-loops or raise --min-loops (fewer rings to merge into loops)",
 }
 
 
@@ -1025,17 +1035,33 @@ def placement_faults(tangle: Tangle, tries: np.ndarray, new: Segments, room: flo
     return faults, ScreenedCrossings(segment, row, point, angle, copy)
 
 
+def docked_offsets(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator) -> np.ndarray:
+    """Up to PLACEMENTS_PER_SHAPE shifts of a ring that set it beside a random strand of the tangle, DOCK_GAP_PX
+    from it on a random side, and keep it inside the margin: near passes to merge at are then common.  (K, 2)"""
+    rows = rng.integers(len(tangle.segs), size=PLACEMENTS_PER_SHAPE)
+    along = rows_at(tangle.segs.end, rows) - rows_at(tangle.segs.start, rows)
+    side = rng.choice([-1.0, 1.0], PLACEMENTS_PER_SHAPE)[:, None] * np.column_stack([-along[:, 1], along[:, 0]])
+    side /= np.hypot(*side.T)[:, None]
+    # The ring's point farthest towards the strand lands the gap away from it.
+    nearest = rows_at(placed, np.argmax(outer_dot(placed, -side), axis=0))
+    gap = budget_scale(cfg) * rng.uniform(*DOCK_GAP_PX, PLACEMENTS_PER_SHAPE)
+    offsets = rows_at(tangle.segs.mid, rows) + side * gap[:, None] - nearest
+    # Rounding can leave a ring as wide as the drawable area an ulp too wide to move.
+    low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
+    return rows_where(offsets, ((offsets >= low) & (offsets <= high)).all(axis=1))
+
+
 def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.random.Generator, shape: LoopShape
                       ) -> tuple[np.ndarray | None, ScreenedCrossings | None, str | None]:
-    """The first of PLACEMENTS_PER_SHAPE uniform positions of a budgeted loop whose crossings pass: the loop
-    and its crossings, or None, None and the rule every position broke. Moving is cheaper than a spline fit."""
-    # Rounding in the first shift can leave a loop as wide as the drawable area an ulp too wide to move.
-    low, high = placement_range(placed, cfg) or ([0.0, 0.0], [0.0, 0.0])
-    offsets = np.vstack([np.zeros(2), rng.uniform(low, high, (PLACEMENTS_PER_SHAPE - 1, 2))])
+    """The first of the docked positions of a ring whose crossings pass: the ring and its crossings, or None,
+    None and the rule every position broke. Moving is cheaper than a spline fit."""
+    offsets = docked_offsets(tangle, placed, cfg, rng)
+    if not len(offsets):
+        return None, None, "interior_margin"
     room = tangle.crossing_room(shape)
     new = loop_segments(placed, len(tangle.loops), cfg.bend_window)  # try_add_loop measures it again where it lands
     batches = []
-    for start, stop in itertools.pairwise((0, PLACEMENTS_PER_SHAPE // 2, PLACEMENTS_PER_SHAPE)):  # any split agrees
+    for start, stop in itertools.pairwise(dict.fromkeys((0, (len(offsets) + 1) // 2, len(offsets)))):  # any split agrees
         tries = np.empty((stop - start, len(placed), 2))  # (K, P, 2): the loop moved by each offset
         for axis in range(2):  # one coordinate at a time (the short axis; see the geometry section's head)
             tries[..., axis] = placed[:, axis] + offsets[start:stop, axis, None]
@@ -1061,31 +1087,330 @@ def draw_loop(cfg: Config, rng: np.random.Generator,
     return points + rng.uniform(*shifts), None
 
 
-def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
-    """Place num_loops loops one at a time, redrawing only the loop that breaks a rule; after loop_attempts
-    the sample restarts, the count unchanged. The tangle and how many redraws each rule caused."""
-    # Budgets are kept across restarts: redrawing them would favour the easy ones, which depend on N.
-    shapes = (None,) * num_loops if cfg.original_shapes else balanced_shapes(cfg, rng, num_loops)
-    redraws: Counter = Counter()
-    for _ in range(cfg.sample_restarts):
-        tangle = Tangle.empty(cfg)
-        while len(tangle.loops) < num_loops:
-            shape = shapes[len(tangle.loops)]
-            for _ in range(cfg.loop_attempts):
-                candidate, reason = draw_loop(cfg, rng, shape)
-                screened = None
-                if candidate is not None and shape is not None and tangle.loops:
-                    candidate, screened, reason = screen_placements(tangle, candidate, cfg, rng, shape)
-                if candidate is not None:
-                    added, reason = try_add_loop(tangle, candidate, cfg, shape, screened)
-                if reason is None:
-                    tangle = added
-                    break
-                redraws[reason] += 1
+def tangents(points: np.ndarray) -> np.ndarray:
+    """Unit tangent at each point of a closed polyline (P, 2), from its two neighbours.  (P, 2)"""
+    step = next_points(points) - np.roll(points, 1, axis=0)
+    return step / np.hypot(*step.T)[:, None]
+
+
+def merge_sites(tangle: Tangle, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
+    """Where two rings may be merged: near passes (closest approaches of two rings' nearly parallel strands,
+    clear of crossings) and crossings steep and apart enough to splice, each row (ring a, point a, ring b,
+    point b, gap px or crossing angle).  (S, 5), (X, 5)"""
+    from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
+    loops, crossings = tangle.loops, tangle.crossings
+    trees, along = [cKDTree(points) for points in loops], [tangents(points) for points in loops]
+    scale = budget_scale(cfg)
+    least_gap, most_gap = scale * NEAR_PASS_GAP_PX[0], scale * NEAR_PASS_GAP_PX[1]
+    low = np.array([p.min(axis=0) for p in loops]) - most_gap
+    high = np.array([p.max(axis=0) for p in loops]) + most_gap
+    near = []
+    for a, b in itertools.combinations(range(len(loops)), 2):
+        if (low[a] > high[b]).any() or (low[b] > high[a]).any():
+            continue
+        gap, closest = np.full(len(loops[a]), np.inf), np.zeros(len(loops[a]), dtype=np.int64)
+        near_b = np.flatnonzero(((loops[a] >= low[b]) & (loops[a] <= high[b])).all(axis=1))  # the rest are far
+        gap[near_b], closest[near_b] = trees[b].query(loops[a][near_b], distance_upper_bound=most_gap)
+        local = (gap <= np.roll(gap, 1)) & (gap < np.roll(gap, -1)) & (gap >= least_gap) & np.isfinite(gap)
+        for i in np.flatnonzero(local):
+            j = int(closest[i])
+            middle = 0.5 * (loops[a][i] + loops[b][j])
+            clear = not len(crossings) or np.hypot(*(crossings.point - middle).T).min() >= scale * NEAR_PASS_CLEAR_PX
+            if clear and abs(along[a][i] @ along[b][j]) >= NEAR_PASS_COS:
+                near.append((a, i, b, j, gap[i]))
+    between = np.flatnonzero(~crossings.is_self & (crossings.angle_deg >= SPLICE_MIN_ANGLE))
+    apart = point_distances(rows_at(crossings.point, between), crossings.point)
+    apart[np.arange(len(between)), between] = np.inf  # not itself
+    cross = [(a, trees[a].query(point)[1], b, trees[b].query(point)[1], angle) for a, b, point, angle in
+             zip(crossings.loop_a[between].astype(int), crossings.loop_b[between].astype(int),
+                 crossings.point[between], crossings.angle_deg[between])]
+    cross = [(*site, c) for site, c, d in zip(cross, between, apart.min(axis=1, initial=np.inf))
+             if d >= scale * SPLICE_CLEAR_PX]
+    return np.array(near, dtype=float).reshape(-1, 5), np.array(cross, dtype=float).reshape(-1, 6)
+
+
+def crossings_in_order(crossings: Crossings, num_loops: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each loop's crossings (rows of crossings) in the order the loop passes them, with the arc there."""
+    rows, loops = np.arange(len(crossings)), np.concatenate([crossings.loop_a, crossings.loop_b]).astype(int)
+    arcs = np.concatenate([crossings.arc_a, crossings.arc_b])
+    order = np.lexsort((arcs, loops))
+    split = np.cumsum(np.bincount(loops, minlength=num_loops))[:-1]
+    return list(zip(np.split(np.concatenate([rows, rows])[order], split), np.split(arcs[order], split)))
+
+
+def leaves_bare_lobe(passes: list, a: int, arc_a: float, b: int, arc_b: float, same_way: bool) -> bool:
+    """Whether merging rings a and b at these arcs (passes from crossings_in_order) leaves a lobe nothing
+    crosses, which a count of curls finds. A splice joins the faces in the X's two acute corners and closes
+    the obtuse ones with its cubics, and a cross-join's X joins a's way in on to b's way out across the
+    same corners; a face there cornered by the site and one crossing of a and b, the next along both rings,
+    would be left cornered by that crossing alone."""
+    def next_along(ring: int, arc: float, step: int) -> int:
+        rows, arcs = passes[ring]
+        k = np.searchsorted(arcs, arc, side="right") if step > 0 else np.searchsorted(arcs, arc) - 1
+        return int(rows[k % len(rows)]) if len(rows) else -1 - ring
+    # With the rings running the same way those corners lie between a forwards and b backwards.
+    corners = ((1, -1), (-1, 1)) if same_way else ((1, 1), (-1, -1))
+    return any(next_along(a, arc_a, step_a) == next_along(b, arc_b, step_b) for step_a, step_b in corners)
+
+
+def merge_cuts(tangle: Tangle, sites: tuple[np.ndarray, np.ndarray], cfg: Config, rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The sites whose cubics bend no tighter than --min-curvature-radius, each row (ring a, point a, ring b,
+    point b, half-length of the cut px, 1 if the merge there leaves a bare lobe); the cut is drawn here once.
+    (S', 6), (X', 6)"""
+    loops = tangle.loops
+    spacing = np.median(np.hypot(*(next_points(loops[0]) - loops[0]).T))
+    passes, along = crossings_in_order(tangle.crossings, len(loops)), [tangents(p) for p in loops]
+    scale = budget_scale(cfg)
+    first = np.cumsum([0] + [len(points) for points in loops])  # each ring's first row in tangle.segs
+    kept = []
+    for splice, rows in enumerate(sites):
+        cut, cubics = [], []
+        for a, i, b, j, measure, *crossing in rows:
+            a, i, b, j = int(a), int(i), int(b), int(j)
+            # A cut long enough for the X or the turn it makes; the gap stands for the X's half-width.
+            half = (scale * min(SPLICE_MAX_HALF_PX, rng.uniform(*SPLICE_GAP_PX) / np.sin(np.radians(measure)))
+                    if splice else 0.75 * measure / np.tan(np.radians(rng.uniform(*CROSS_JOIN_ANGLE)) / 2))
+            ends, pairs = site_ends(loops, along, (a, i, b, j, half), spacing)
+            cubics += [(*ends[one], ends[two][0], -ends[two][1]) for one, two in pairs]
+            if splice:
+                arc_a, arc_b = tangle.crossings.arc_a[int(crossing[0])], tangle.crossings.arc_b[int(crossing[0])]
             else:
-                redraws["restart"] += 1
+                arc_a, arc_b = tangle.segs.arc[first[a] + i], tangle.segs.arc[first[b] + j]
+            bare = leaves_bare_lobe(passes, a, arc_a, b, arc_b, along[a][i] @ along[b][j] > 0)
+            cut.append((a, i, b, j, half, bare))
+        cut = np.array(cut, dtype=float).reshape(-1, 6)
+        radius = cubic_min_radius(*np.array(cubics).reshape(-1, 4, 2).transpose(1, 0, 2)).reshape(-1, 2)
+        kept.append(rows_where(cut, radius.min(axis=1, initial=np.inf) >= cfg.min_curvature_radius))
+    return tuple(kept)
+
+
+def same_pair_conflicts(crossings: Crossings, cfg: Config) -> tuple[np.ndarray, ...]:
+    """Pairs of crossings of different ring pairs near enough to break the same-pair rule if merges give them
+    the same two loops: their rings (K, 4), their distance and the plain and eye limits on it (K,) px each
+    (breaks_same_pair takes the plain one where both would be a loop crossing itself, whose eye test needs
+    the arcs)."""
+    dist = point_distances(crossings.point, crossings.point)
+    shallower = np.minimum(crossings.angle_deg[:, None], crossings.angle_deg[None, :])
+    limit = same_pair_separation_px(shallower, cfg, True)
+    a, b = crossings.loop_a.astype(int), crossings.loop_b.astype(int)
+    first, second = np.nonzero(np.triu(dist < limit, 1) & ((a[:, None] != a) | (b[:, None] != b)))
+    rings = np.column_stack([a[first], b[first], a[second], b[second]])
+    plain = same_pair_separation_px(shallower[first, second], cfg, False)
+    return rings, dist[first, second], plain, limit[first, second]
+
+
+def breaks_same_pair(conflicts, component: np.ndarray) -> bool:
+    """Whether, with ring r in loop component[r], two of the crossings in conflicts would break the same-pair rule."""
+    rings, dist, plain, eye = conflicts
+    loops = np.sort(component[rings].reshape(-1, 2, 2), axis=2)  # (K, 2, 2): each crossing's pair of loops
+    same = (loops[:, 0] == loops[:, 1]).all(axis=1)
+    own = loops[:, 0, 0] == loops[:, 0, 1]
+    return bool(np.any(same & (dist < np.where(own, plain, eye))))
+
+
+def choose_merges(tangle: Tangle, sites: tuple[np.ndarray, np.ndarray], conflicts, cross_joins: int, splices: int,
+                  cfg: Config, rng: np.random.Generator) -> list[tuple] | None:
+    """cross_joins near passes and splices crossings, in random order, each merging two loops that are apart
+    so far and kept from the other sites and from the same-pair rule: (ring a, point a, ring b, point b,
+    half-length of the cut) each, or None if the sites run out."""
+    loops = tangle.loops
+    spacing = np.median(np.hypot(*(next_points(loops[0]) - loops[0]).T))
+    taken = [np.zeros(len(points), dtype=bool) for points in loops]
+    component, spacing_px = np.arange(len(loops)), budget_scale(cfg) * MERGE_SPACING_PX
+    chosen, middles = [], np.zeros((0, 2))
+    for rows, wanted in ((sites[0], cross_joins), (sites[1], splices)):
+        found = 0
+        # Sites that leave no bare lobe go first, so few choices fail for one.
+        for a, i, b, j, half, _ in rows[np.argsort(rows[:, 5] + rng.random(len(rows)) / 2)]:
+            if found == wanted:
                 break
+            a, i, b, j = int(a), int(i), int(b), int(j)
+            middle = 0.5 * (loops[a][i] + loops[b][j])
+            if component[a] == component[b] or (np.hypot(*(middles - middle).T) < spacing_px).any():
+                continue
+            merged = np.where(component == component[a], component[b], component)
+            if breaks_same_pair(conflicts, merged):
+                continue
+            reach = max(2, round(half / spacing)) + 4
+            spans = [(r, np.arange(k - reach, k + reach + 1) % len(loops[r])) for r, k in ((a, i), (b, j))]
+            if any(taken[r][span].any() for r, span in spans):
+                continue
+            for r, span in spans:
+                taken[r][span] = True
+            chosen.append((a, i, b, j, half))
+            middles = np.vstack([middles, middle])
+            component = merged
+            found += 1
+        if found < wanted:
+            return None
+    return chosen
+
+
+def cubic_points(start: np.ndarray, leave: np.ndarray, end: np.ndarray, arrive: np.ndarray, spacing: float
+                 ) -> np.ndarray:
+    """The inner points, about spacing apart, of the cubic from start, leaving along unit leave, to end,
+    arriving along unit arrive, its end tangents as long as the chord.  (M, 2)"""
+    chord = np.hypot(*(end - start))
+    t = np.linspace(0, 1, max(4, math.ceil(chord * 1.2 / spacing)) + 1)[1:-1, None]
+    return ((2 * t**3 - 3 * t**2 + 1) * start + (t**3 - 2 * t**2 + t) * chord * leave
+            + (3 * t**2 - 2 * t**3) * end + (t**3 - t**2) * chord * arrive)
+
+
+def cubic_min_radius(start: np.ndarray, leave: np.ndarray, end: np.ndarray, arrive: np.ndarray) -> np.ndarray:
+    """The tightest radius of curvature of each cubic of cubic_points, (K, 2) each in, from its derivatives at
+    65 parameters.  (K,) px"""
+    chord = np.hypot(*(end - start).T)[:, None, None]
+    v0, v1, gap = leave[:, None] * chord, arrive[:, None] * chord, (start - end)[:, None]
+    t = np.linspace(0, 1, 65)[None, :, None]
+    velocity = (6 * t**2 - 6 * t) * gap + (3 * t**2 - 4 * t + 1) * v0 + (3 * t**2 - 2 * t) * v1  # (K, 65, 2)
+    acceleration = (12 * t - 6) * gap + (6 * t - 4) * v0 + (6 * t - 2) * v1
+    speed = np.hypot(velocity[..., 0], velocity[..., 1])
+    bend = np.abs(velocity[..., 0] * acceleration[..., 1] - velocity[..., 1] * acceleration[..., 0])
+    return (speed**3 / np.maximum(bend, 1e-12)).min(axis=1)
+
+
+def site_ends(loops: tuple[np.ndarray, ...], along: list[np.ndarray], site: tuple, spacing: float
+              ) -> tuple[dict, list]:
+    """The four ends a merge cuts at a site (ring a, point a, ring b, point b, half-length), each (ring, point
+    index) -> (point, direction its cubic leaves), and the two pairs of ends the cubics join: each end of a goes
+    on to the end of b that continues its way (across the other cubic at a near pass, turning away from it at
+    a crossing)."""
+    a, i, b, j, half = site[:5]
+    ends = {}
+    for r, k in ((a, i), (b, j)):
+        reach = max(2, round(half / spacing))
+        stop, restart = (k - reach) % len(loops[r]), (k + reach) % len(loops[r])
+        ends[(r, stop)] = (loops[r][stop], along[r][stop])  # an arc arrives here going forwards
+        ends[(r, restart)] = (loops[r][restart], -along[r][restart])
+    a_stop, a_restart, b_stop, b_restart = ends
+    first, second = (b_restart, b_stop) if ends[b_restart][1] @ ends[a_stop][1] < 0 else (b_stop, b_restart)
+    return ends, [(a_stop, first), (second, a_restart)]
+
+
+def merged_loops(loops: tuple[np.ndarray, ...], chosen: list[tuple]) -> list[np.ndarray]:
+    """The loops after the merges: at each site both strands are cut and their ends joined by cubics."""
+    spacing = np.median(np.hypot(*(next_points(loops[0]) - loops[0]).T))
+    cuts = {r: [] for r in range(len(loops))}  # ring -> (stop, restart) point indices of its cuts
+    partner, ends = {}, {}  # end -> the end its cubic joins; end -> (point, direction the cubic leaves)
+    along = [tangents(points) for points in loops]
+    for site in chosen:
+        site_end, pairs = site_ends(loops, along, site, spacing)
+        ends.update(site_end)
+        for one, two in pairs:
+            partner.update({one: two, two: one})
+        (a_stop, a_restart, b_stop, b_restart) = site_end
+        cuts[a_stop[0]].append((a_stop[1], a_restart[1]))
+        cuts[b_stop[0]].append((b_stop[1], b_restart[1]))
+    arcs = {}  # end -> (the arc's points from that end on, the end at its other side)
+    for r, windows in cuts.items():
+        windows.sort()
+        for (_, restart), (stop, _) in zip(windows, windows[1:] + windows[:1]):
+            span = np.arange(restart, stop + (len(loops[r]) if stop <= restart else 0) + 1) % len(loops[r])
+            points = loops[r][span]
+            arcs[(r, restart)], arcs[(r, stop)] = (points, (r, stop)), (points[::-1], (r, restart))
+    merged = [points for r, points in enumerate(loops) if not cuts[r]]
+    unused = set(arcs)
+    while unused:
+        end = next(iter(unused))
+        pieces = []
+        while end in unused:
+            points, other = arcs[end]
+            unused -= {end, other}
+            join = partner[other]
+            pieces += [points, cubic_points(ends[other][0], ends[other][1], ends[join][0], -ends[join][1], spacing)]
+            end = join
+        merged.append(np.concatenate(pieces))
+    return merged
+
+
+def bare_lobes(crossings: Crossings, num_loops: int) -> int:
+    """How many lobes of self-crossings no other crossing lies on: what a count of curls finds."""
+    count = 0
+    for loop in range(num_loops):
+        on_a, on_b = crossings.loop_a == loop, crossings.loop_b == loop
+        positions = np.sort(np.concatenate([crossings.arc_a[on_a], crossings.arc_b[on_b]]))
+        own = np.flatnonzero(crossings.is_self & on_a)
+        low = np.minimum(crossings.arc_a[own], crossings.arc_b[own])
+        high = np.maximum(crossings.arc_a[own], crossings.arc_b[own])
+        inside = np.searchsorted(positions, high) - np.searchsorted(positions, low, side="right")
+        count += np.count_nonzero(inside == 0) + np.count_nonzero(len(positions) - inside - 2 == 0)
+    return count
+
+
+def merge_rings(tangle: Tangle, num_loops: int, cfg: Config, rng: np.random.Generator, redraws: Counter
+                ) -> Tangle | None:
+    """The ring tangle merged down to num_loops loops, half the merges cross-joins and half splices, so
+    crossings and near passes keep their counts; every rule checked again on the merged loops. None if the
+    tangle cannot take the most merges any N asks for (whatever N is, so which tangles are kept says
+    nothing of N) or no choice of merges passes."""
+    sites, conflicts = merge_cuts(tangle, merge_sites(tangle, cfg), cfg, rng), same_pair_conflicts(tangle.crossings, cfg)
+    most = cfg.max_loops - cfg.min_loops
+    if choose_merges(tangle, sites, conflicts, most // 2, most - most // 2, cfg, rng) is None:
+        redraws["merge_sites"] += 1
+        return None
+    merges = cfg.max_loops - num_loops
+    for _ in range(MERGE_TRIES):
+        cross_joins = merges // 2 + (int(rng.integers(2)) if merges % 2 else 0)
+        chosen = choose_merges(tangle, sites, conflicts, cross_joins, merges - cross_joins, cfg, rng)
+        if chosen is None:
+            redraws["merge_sites"] += 1
+            continue
+        loops = merged_loops(tangle.loops, chosen)
+        merged, reason = Tangle.empty(cfg), None
+        for points in loops:
+            merged, reason = try_add_loop(merged, points, cfg)
+            if reason is not None:
+                break
+        if reason is None and bare_lobes(merged.crossings, num_loops) > bare_lobes(tangle.crossings, len(tangle.loops)) + 1:
+            reason = "bare_lobe"  # a lobe nothing crosses, which a count of curls finds: they would follow N
+        if reason is None:
+            return merged
+        redraws[reason] += 1
+    return None
+
+
+def place_loops(cfg: Config, rng: np.random.Generator, shapes: tuple, redraws: Counter,
+                placed: list[Tangle] | None = None) -> list[Tangle] | None:
+    """Place a loop for each shape, one at a time, redrawing only the loop that breaks a rule, after those of
+    placed (the tangle after each loop, from the empty one); that list for every loop, or None once one loop
+    has been redrawn loop_attempts times."""
+    placed = placed or [Tangle.empty(cfg)]
+    tangle = placed[-1]
+    while len(tangle.loops) < len(shapes):
+        shape = shapes[len(tangle.loops)]
+        for _ in range(cfg.loop_attempts):
+            candidate, reason = draw_loop(cfg, rng, shape)
+            screened = None
+            if candidate is not None and shape is not None and tangle.loops:
+                candidate, screened, reason = screen_placements(tangle, candidate, cfg, rng, shape)
+            if candidate is not None:
+                added, reason = try_add_loop(tangle, candidate, cfg, shape, screened)
+            if reason is None:
+                tangle = added
+                placed = placed + [tangle]
+                break
+            redraws[reason] += 1
         else:
+            redraws["restart"] += 1
+            return None
+    return placed
+
+
+def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
+    """num_loops loops: placed as they are with --original-shapes, else max_loops rings placed and merged down
+    to num_loops. A failed try restarts the sample, the count unchanged. The tangle and how many redraws each
+    rule caused."""
+    # The ring budgets are kept across restarts, as they once had to be (redrawing favours the easy ones).
+    shapes = (None,) * num_loops if cfg.original_shapes else ring_shapes(cfg, rng)
+    redraws: Counter = Counter()
+    placed = None
+    for _ in range(cfg.sample_restarts):
+        placed = place_loops(cfg, rng, shapes, redraws)
+        tangle = placed and placed[-1]
+        if tangle and not cfg.original_shapes:
+            tangle = merge_rings(tangle, num_loops, cfg, rng, redraws)
+        if tangle:
             return tangle, redraws
     reason, count = max(((r, c) for r, c in redraws.items() if r != "restart"), key=lambda item: item[1])
     # The rules are in pixels, so a smaller canvas fails on whichever rule its crowding hits first.

@@ -22,8 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import creation  # noqa: E402
 from tangle_check import find_all_events, tangle_violations  # noqa: E402
 
-RULES = ["curvature", "interior_margin", "disconnected", "crossing_budget", "crossing_angle", "crossing_bend",
-         "crossing_separation", "same_pair_separation", "curl_size", "min_gap", "parallel", "restart"]
+RULES = [*creation.RULES, "restart"]  # every rule a redraw can be blamed on, the merges' included
 
 
 def rule_costs(cfg, per_n, seed):

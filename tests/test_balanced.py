@@ -1,8 +1,8 @@
 """The default, budgeted mode: budgets, one-piece tangles, every rule kept; the original shapes behind a switch."""
 
-import copy
 import dataclasses
 import shlex
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -58,46 +58,29 @@ def test_the_old_balanced_switch_names_the_default():
         creation.config_from_args(parse(["--balanced", "--original-shapes"]))
 
 
-def test_too_wide_a_loop_range_for_one_ink_budget_names_the_flags():
-    with pytest.raises(ValueError, match="one ink budget.*--min-loops 3.*--max-loops 11.*--max-loops at most 7 here, "
+def test_too_wide_a_loop_range_for_the_merges_names_the_flags():
+    with pytest.raises(ValueError, match="--max-loops 11 rings merged down.*--min-loops 3.*--max-loops at most 7 here, "
                                          "or --min-loops at least 5"):
         Config(min_loops=3)
     Config(min_loops=3, max_loops=7)  # the values the message offers are accepted
     Config(min_loops=5, max_loops=11)
 
 
-@pytest.mark.parametrize("num_loops", range(5, 12))
-def test_budgets_do_not_depend_on_n(num_loops):
-    rng = np.random.default_rng(num_loops)
-    for _ in range(50):
-        shapes = creation.balanced_shapes(Config(), rng, num_loops)
+def test_ring_budgets_share_the_ink_and_know_nothing_of_n():
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        shapes = creation.ring_shapes(Config(), rng)
         perimeters = np.array([s.perimeter for s in shapes])
-        assert len(shapes) == num_loops
+        assert len(shapes) == 11  # --max-loops rings, whatever N
         assert 11 * 750 <= perimeters.sum() <= 11 * 1000
         assert np.all((perimeters >= 550) & (perimeters <= 2600))
         assert np.all(np.diff(perimeters) <= 0)  # largest first
         assert all(0 <= s.nested <= s.curls for s in shapes)
-        curls = sum(s.curls + s.nested for s in shapes)
-        for_missing = creation.CURLS_PER_MISSING_LOOP * (11 - num_loops)
-        assert int(for_missing) <= curls < for_missing + creation.BALANCED_EXTRA_CURLS + 1  # the draw is below its top
+        assert sum(s.curls + s.nested for s in shapes) < creation.BALANCED_CURLS + 1  # the draw is below its top
         caps = np.array([s.crossing_cap for s in shapes])
         assert np.all(np.diff(caps) >= 0)
-        assert np.all(caps >= 2 * np.arange(num_loops) + creation.CROSSING_SLACK)
+        assert np.all(caps >= 2 * np.arange(11) + creation.CROSSING_SLACK)
         assert all(2 * s.curls <= s.waypoints for s in shapes)
-
-
-def test_missing_loops_bring_nested_curls_of_their_own(monkeypatch):
-    """With the per-image share at zero, only the nested curls that stand in for missing loops are left:
-    none at max_loops, more the fewer the loops (0.6 per missing loop, less where the curls leave no room)."""
-    monkeypatch.setattr(creation, "NESTED_CURL_SHARE", (0.0, 0.0))
-    means = {}
-    for num_loops in (5, 8, 11):
-        rng = np.random.default_rng(num_loops)
-        means[num_loops] = np.mean([sum(s.nested for s in creation.balanced_shapes(Config(), rng, num_loops))
-                                    for _ in range(200)])
-    assert means[11] == 0
-    assert 2.0 <= means[5] <= creation.NESTED_CURLS_PER_MISSING_LOOP * 6
-    assert means[11] < means[8] < means[5]
 
 
 def test_a_balanced_loop_has_exactly_its_perimeter():
@@ -188,6 +171,99 @@ def test_the_audits_curl_count_misses_a_nested_curls_outer_lobe(seed, tmp_path):
     assert nested["net_turning_rad"] - plain["net_turning_rad"] > 0.5 * 2 * np.pi
 
 
+def circle(centre, radius=150.0, points=500):
+    t = np.linspace(0, 2 * np.pi, points, endpoint=False)
+    return np.column_stack([centre[0] + radius * np.cos(t), centre[1] + radius * np.sin(t)])
+
+
+def ring_tangle(*centres):
+    """Rings of radius 150 at these centres, as a tangle."""
+    tangle = creation.Tangle.empty(BALANCED)
+    for centre in centres:
+        tangle, reason = creation.try_add_loop(tangle, circle(centre), BALANCED)
+        assert reason is None
+    return tangle
+
+
+def cut_sites(tangle):
+    return creation.merge_cuts(tangle, creation.merge_sites(tangle, BALANCED), BALANCED, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("centres, cross_joins, splices", [
+    (((300, 500), (630, 500)), 1, 0),  # 30 px apart: a near pass
+    (((300, 500), (560, 500), (430, 330)), 0, 1),  # two rings crossing twice, a third across both
+])
+def test_a_merge_makes_two_rings_one_loop_that_crosses_itself_where_they_met(centres, cross_joins, splices):
+    """A cross-join at a near pass adds an X; a splice takes one away: either way two rings become one loop
+    that keeps every rule."""
+    tangle = ring_tangle(*centres)
+    sites = cut_sites(tangle)
+    assert (len(sites[0]) > 0, len(sites[1]) > 0) == (cross_joins > 0, splices > 0)
+    conflicts = creation.same_pair_conflicts(tangle.crossings, BALANCED)
+    chosen = creation.choose_merges(tangle, sites, conflicts, cross_joins, splices, BALANCED, np.random.default_rng(0))
+    loops = creation.merged_loops(tangle.loops, chosen)
+    assert len(loops) == len(centres) - 1
+    assert tangle_violations(loops, BALANCED) == []
+    crossings = find_all_events(loops, BALANCED)[1]
+    assert len(crossings) == len(tangle.crossings) + cross_joins - splices
+    assert crossings.is_self.sum() == 1  # the X made, or the rings' other crossing
+    # Alone, a cross-joined pair is a figure eight whose two lobes nothing crosses (merge_rings refuses that).
+    assert creation.bare_lobes(crossings, len(loops)) == (2 if cross_joins else 0)
+    assert creation.bare_lobes(tangle.crossings, len(tangle.loops)) == 0
+    # Merges only join different loops: as many as there are rings would join a loop to itself.
+    assert creation.choose_merges(tangle, sites, conflicts, cross_joins, len(centres) - cross_joins, BALANCED,
+                                  np.random.default_rng(0)) is None
+
+
+def test_a_splice_that_would_leave_a_bare_lobe_is_marked_and_tried_last():
+    """Two rings alone crossing twice bound four faces of two corners each: splicing either crossing would
+    leave one face cornered by the other crossing alone, a lobe a count of curls finds. Where some splices
+    leave none, those are chosen first."""
+    pair = ring_tangle((300, 500), (500, 500))
+    sites = cut_sites(pair)
+    assert sites[1][:, 5].tolist() == [1, 1]
+    conflicts = creation.same_pair_conflicts(pair.crossings, BALANCED)
+    chosen = creation.choose_merges(pair, sites, conflicts, 0, 1, BALANCED, np.random.default_rng(0))
+    loops = creation.merged_loops(pair.loops, chosen)
+    assert creation.bare_lobes(find_all_events(loops, BALANCED)[1], 1) == 2  # still made when nothing else is left
+    # Two rings crossing twice with a third across both, and a fourth crossing only the third, twice.
+    four = ring_tangle((300, 750), (560, 750), (430, 580), (430, 330))
+    sites = cut_sites(four)
+    safe = sites[1][:, 5] == 0
+    assert safe.any() and not safe.all()
+    conflicts = creation.same_pair_conflicts(four.crossings, BALANCED)
+    for seed in range(10):
+        chosen = creation.choose_merges(four, sites, conflicts, 0, 1, BALANCED, np.random.default_rng(seed))
+        assert [list(site) for site in chosen] in [[row] for row in sites[1][safe, :5].tolist()]
+
+
+def test_merges_keep_the_crossing_count_whatever_n():
+    """Half the merges add an X and half take one away, so images of 5 loops hold as many crossings as of 11."""
+    cfg = Config(n=70, seed=3)
+    totals = {}
+    for index in range(cfg.n):
+        _, record, _ = creation.make_sample(cfg, index)
+        totals.setdefault(record["num_loops"], []).append(record["num_crossings"] + record["num_self_crossings"])
+    few, many = np.mean(totals[5] + totals[6]), np.mean(totals[10] + totals[11])
+    assert abs(few - many) < 3.5  # all splices would leave five loops about 5.5 fewer
+
+
+def test_a_tangle_is_kept_only_if_it_takes_the_most_merges_any_n_asks_for(monkeypatch):
+    """Which ring tangles survive must not depend on N: an eleven-loop sample, which merges nothing, still
+    refuses a tangle that cannot take the six merges of a five-loop one."""
+    asked = []
+
+    def no_room(tangle, sites, conflicts, cross_joins, splices, cfg, rng):
+        asked.append(cross_joins + splices)
+        return None
+    monkeypatch.setattr(creation, "choose_merges", no_room)
+    rng = np.random.default_rng(0)
+    tangle = creation.place_loops(BALANCED, rng, creation.ring_shapes(BALANCED, rng), Counter())[-1]
+    redraws = Counter()
+    assert creation.merge_rings(tangle, 11, BALANCED, rng, redraws) is None
+    assert asked == [6] and redraws["merge_sites"] == 1
+
+
 @pytest.mark.parametrize("index", range(8))
 def test_balanced_samples_keep_every_rule_in_one_piece(index):
     rng = creation.sample_rng(BALANCED, index)
@@ -235,16 +311,13 @@ SCREENED_RULES = ("disconnected", "crossing_budget", "crossing_angle", "crossing
 
 
 def partial_tangle(index):
-    """The tangle of a default sample's loops but its last, and the last loop's budgeted shape."""
-    rng = creation.sample_rng(BALANCED, index)
-    num_loops = creation.loop_count(BALANCED, index, rng)
-    shapes = creation.balanced_shapes(BALANCED, copy.deepcopy(rng), num_loops)  # the sampler's first draw
-    tangle, _ = creation.sample_tangle(BALANCED, rng, num_loops, index)
-    partial = creation.Tangle.empty(BALANCED)
-    for loop in tangle.loops[:-1]:
-        partial, reason = creation.try_add_loop(partial, loop, BALANCED)
-        assert reason is None
-    return partial, shapes[-1]
+    """The ring tangle of a default sample but its last ring, and the last ring's budgeted shape."""
+    rng = np.random.default_rng(index)
+    shapes = creation.ring_shapes(BALANCED, rng)
+    placed = None
+    while placed is None:
+        placed = creation.place_loops(BALANCED, rng, shapes[:-1], Counter())
+    return placed[-1], shapes[-1]
 
 
 def drawn_loop(shape, seed):
@@ -256,9 +329,12 @@ def drawn_loop(shape, seed):
             return loop
 
 
-def placements(loop, count, seed):
-    rng = np.random.default_rng(seed)
-    return loop[None] + rng.uniform(*creation.placement_range(loop, BALANCED), (count, 2))[:, None]
+def placements(partial, loop, count, seed):
+    """count copies of loop at docked positions, as the sampler tries them.  (count, P, 2)"""
+    rng, offsets = np.random.default_rng(seed), []
+    while len(offsets) < count:
+        offsets.extend(creation.docked_offsets(partial, loop, BALANCED, rng))
+    return loop[None] + np.array(offsets[:count])[:, None]
 
 
 def unmoved(partial, tries):
@@ -278,7 +354,7 @@ def test_the_placement_screen_rejects_exactly_what_placement_rejects_for_crossin
         loop, _ = creation.draw_loop(BALANCED, rng, curl_free)
         if loop is not None and not find_all_events([loop], BALANCED)[1].is_self.any():
             break
-    tries = placements(loop, 300, index)
+    tries = placements(partial, loop, 300, index)
     room = partial.crossing_room(shape)
     faults, hits = creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)
     allowed = creation.unbroken(faults)
@@ -304,7 +380,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
     partial, shape = partial_tangle(index)
     loop = drawn_loop(dataclasses.replace(shape, curls=max(shape.curls, 1)), index)
     assert find_all_events([loop], BALANCED)[1].is_self.any()
-    tries = placements(loop, 300, index)
+    tries = placements(partial, loop, 300, index)
     room = partial.crossing_room(shape)
     allowed = creation.unbroken(creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)[0])
     reasons = [creation.try_add_loop(partial, loop_copy, BALANCED, shape)[1] for loop_copy in tries]
@@ -316,7 +392,7 @@ def test_the_placement_screen_never_rejects_a_loop_with_curls_that_placement_acc
 def test_the_crossings_the_screen_hands_on_are_the_ones_placement_finds(index):
     partial, shape = partial_tangle(index)
     loop = drawn_loop(shape, index)
-    tries = placements(loop, 60, index)
+    tries = placements(partial, loop, 200, index)
     room = partial.crossing_room(shape)
     faults, hits = creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)
     within_budget = creation.unbroken({rule: faults[rule] for rule in ("disconnected", "crossing_budget")})
@@ -340,14 +416,17 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
     partial, shape = partial_tangle(index)
     if cap is not None:
         shape = dataclasses.replace(shape, crossing_cap=cap)
-    loop = drawn_loop(shape, index)
-    placed, pairs, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(7), shape)
-    offsets = np.vstack([np.zeros(2), np.random.default_rng(7).uniform(
-        *creation.placement_range(loop, BALANCED), (creation.PLACEMENTS_PER_SHAPE - 1, 2))])
-    tries = loop[None] + offsets[:, None]
     room = partial.crossing_room(shape)
-    faults, _ = creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)
-    allowed = creation.unbroken(faults)
+    for seed in range(index, index + 1000, 10):  # most draws fit nowhere; with no cap, find one that fits
+        loop = drawn_loop(shape, seed)
+        offsets = creation.docked_offsets(partial, loop, BALANCED, np.random.default_rng(7))
+        assert 0 < len(offsets) <= creation.PLACEMENTS_PER_SHAPE
+        tries = loop[None] + offsets[:, None]
+        faults, _ = creation.placement_faults(partial, tries, unmoved(partial, tries), room, BALANCED)
+        allowed = creation.unbroken(faults)
+        if allowed.any() or cap is not None:
+            break
+    placed, pairs, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(7), shape)
     assert allowed.any() == (cap is None)
     if allowed.any():
         assert reason is None
@@ -363,7 +442,7 @@ def test_the_screen_places_the_first_position_that_passes(index, cap):
         assert placed is None and pairs is None and reason == creation.rule_to_blame(faults) == "crossing_budget"
 
 
-def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
+def test_a_ring_as_wide_as_the_drawable_area_is_refused_for_the_margin():
     partial, shape = partial_tangle(0)
     low, high = BALANCED.interior_margin, BALANCED.size - BALANCED.interior_margin
     t = np.linspace(0, 2 * np.pi, 900, endpoint=False)
@@ -371,7 +450,7 @@ def test_a_loop_as_wide_as_the_drawable_area_is_screened_where_it_stands():
     loop[0, 0] = np.nextafter(high, np.inf)  # an ulp past the margin, as rounding in a shift can leave it
     assert creation.placement_range(loop, BALANCED) is None
     placed, _, reason = creation.screen_placements(partial, loop, BALANCED, np.random.default_rng(0), shape)
-    assert placed is None or np.array_equal(placed, loop)
+    assert placed is None and reason == "interior_margin"
 
 
 @pytest.mark.parametrize("crossings, shallow, bent, crowded, lens, rule", [

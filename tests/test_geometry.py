@@ -440,7 +440,8 @@ def test_sample_streams_do_not_alias_across_seed_and_index():
 
 @pytest.mark.parametrize("impossible, rule, knob", [
     ({"min_crossing_angle": 89}, "crossing_angle", "--min-crossing-angle"),
-    ({"min_gap": 60}, "same_pair_separation", "--min-gap"),  # the lens between two crossings grows with min_gap
+    ({"min_same_pair_separation": 1000}, "same_pair_separation", "--min-same-pair-separation"),
+    ({"min_gap": 60}, "min_gap", "--min-gap"),  # rings are docked 18-38 px beside a strand
     # At the waypoint limit: passes the config checks, never draws a loop.
     ({"min_waypoints": 100, "max_waypoints": 100, "original_shapes": True}, "curvature", "--max-waypoints"),
 ])
