@@ -127,10 +127,9 @@ NEAR_PASS_CLEAR_PX = 45.0  # from a near pass to the nearest crossing
 CROSS_JOIN_ANGLE = (55.0, 80.0)  # degrees, the X a cross-join makes
 SPLICE_MIN_ANGLE = 50.0  # degrees: a shallower crossing spliced leaves two strands running side by side
 SPLICE_GAP_PX = (20.0, 28.0)  # about how far apart a splice leaves the two strands at their closest
-SPLICE_MAX_HALF_PX = 40.0  # most a splice cuts either side of its crossing
 SPLICE_CLEAR_PX = 30.0  # from a spliced crossing to the nearest other crossing
 MERGE_SPACING_PX = 80.0  # between two merge sites
-MERGE_TRIES = 12  # choices of merges tried on one ring tangle before some rings are placed again
+MERGE_TRIES = 12  # choices of merges tried on one ring tangle before the sample restarts
 MAX_LOOP_RATIO = 2.34  # most max_loops / min_loops: 11 rings take the 6 merges 5 loops need in about 9 tangles of 10
 
 
@@ -419,7 +418,7 @@ def ring_shapes(cfg: Config, rng: np.random.Generator) -> tuple[LoopShape, ...]:
 
 def perimeter_shares(total: float, num_loops: int, scale: float, rng: np.random.Generator) -> np.ndarray:
     """Loop perimeters summing to total, each inside BALANCED_PERIMETER_PX.  (N,) px
-    alpha keeps the mean sum of squared shares at BALANCED_SQUARED_SHARES for every N, so sizes say little about N."""
+    alpha keeps the mean sum of squared shares at BALANCED_SQUARED_SHARES whatever the count."""
     c = BALANCED_SQUARED_SHARES
     alpha = (1 - c) / max(c * num_loops - 1, (1 - c) / BALANCED_MAX_CONCENTRATION)
     low, high = scale * BALANCED_PERIMETER_PX[0], scale * BALANCED_PERIMETER_PX[1]
@@ -1061,7 +1060,8 @@ def screen_placements(tangle: Tangle, placed: np.ndarray, cfg: Config, rng: np.r
     room = tangle.crossing_room(shape)
     new = loop_segments(placed, len(tangle.loops), cfg.bend_window)  # try_add_loop measures it again where it lands
     batches = []
-    for start, stop in itertools.pairwise(dict.fromkeys((0, (len(offsets) + 1) // 2, len(offsets)))):  # any split agrees
+    half = (len(offsets) + 1) // 2  # two batches (one when there is one position); any split agrees
+    for start, stop in [(0, half), (half, len(offsets))][:1 + (half < len(offsets))]:
         tries = np.empty((stop - start, len(placed), 2))  # (K, P, 2): the loop moved by each offset
         for axis in range(2):  # one coordinate at a time (the short axis; see the geometry section's head)
             tries[..., axis] = placed[:, axis] + offsets[start:stop, axis, None]
@@ -1096,7 +1096,7 @@ def tangents(points: np.ndarray) -> np.ndarray:
 def merge_sites(tangle: Tangle, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
     """Where two rings may be merged: near passes (closest approaches of two rings' nearly parallel strands,
     clear of crossings) and crossings steep and apart enough to splice, each row (ring a, point a, ring b,
-    point b, gap px or crossing angle).  (S, 5), (X, 5)"""
+    point b, gap px or crossing angle; a crossing's row of tangle.crossings last).  (S, 5), (X, 6)"""
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
     loops, crossings = tangle.loops, tangle.crossings
     trees, along = [cKDTree(points) for points in loops], [tangents(points) for points in loops]
@@ -1141,9 +1141,9 @@ def crossings_in_order(crossings: Crossings, num_loops: int) -> list[tuple[np.nd
 def leaves_bare_lobe(passes: list, a: int, arc_a: float, b: int, arc_b: float, same_way: bool) -> bool:
     """Whether merging rings a and b at these arcs (passes from crossings_in_order) leaves a lobe nothing
     crosses, which a count of curls finds. A splice joins the faces in the X's two acute corners and closes
-    the obtuse ones with its cubics, and a cross-join's X joins a's way in on to b's way out across the
-    same corners; a face there cornered by the site and one crossing of a and b, the next along both rings,
-    would be left cornered by that crossing alone."""
+    the obtuse ones with its cubics; a face there cornered by the site and one crossing of a and b, the next
+    along both rings, would be left cornered by that crossing alone. (A cross-join's X lies on both lobes of
+    every crossing of a and b, so the test seldom fires for one.)"""
     def next_along(ring: int, arc: float, step: int) -> int:
         rows, arcs = passes[ring]
         k = np.searchsorted(arcs, arc, side="right") if step > 0 else np.searchsorted(arcs, arc) - 1
@@ -1169,8 +1169,8 @@ def merge_cuts(tangle: Tangle, sites: tuple[np.ndarray, np.ndarray], cfg: Config
         for a, i, b, j, measure, *crossing in rows:
             a, i, b, j = int(a), int(i), int(b), int(j)
             # A cut long enough for the X or the turn it makes; the gap stands for the X's half-width.
-            half = (scale * min(SPLICE_MAX_HALF_PX, rng.uniform(*SPLICE_GAP_PX) / np.sin(np.radians(measure)))
-                    if splice else 0.75 * measure / np.tan(np.radians(rng.uniform(*CROSS_JOIN_ANGLE)) / 2))
+            half = (scale * rng.uniform(*SPLICE_GAP_PX) / np.sin(np.radians(measure)) if splice else
+                    0.75 * measure / np.tan(np.radians(rng.uniform(*CROSS_JOIN_ANGLE)) / 2))
             ends, pairs = site_ends(loops, along, (a, i, b, j, half), spacing)
             cubics += [(*ends[one], ends[two][0], -ends[two][1]) for one, two in pairs]
             if splice:
@@ -1211,9 +1211,9 @@ def breaks_same_pair(conflicts, component: np.ndarray) -> bool:
 
 def choose_merges(tangle: Tangle, sites: tuple[np.ndarray, np.ndarray], conflicts, cross_joins: int, splices: int,
                   cfg: Config, rng: np.random.Generator) -> list[tuple] | None:
-    """cross_joins near passes and splices crossings, in random order, each merging two loops that are apart
-    so far and kept from the other sites and from the same-pair rule: (ring a, point a, ring b, point b,
-    half-length of the cut) each, or None if the sites run out."""
+    """cross_joins near passes, then splices crossings, each kind in random order with the sites that leave
+    no bare lobe first, each merging two loops still apart, away from the other sites and the same-pair
+    rule: (ring a, point a, ring b, point b, half-length of the cut) each, or None if the sites run out."""
     loops = tangle.loops
     spacing = np.median(np.hypot(*(next_points(loops[0]) - loops[0]).T))
     taken = [np.zeros(len(points), dtype=bool) for points in loops]
@@ -1341,15 +1341,16 @@ def bare_lobes(crossings: Crossings, num_loops: int) -> int:
 def merge_rings(tangle: Tangle, num_loops: int, cfg: Config, rng: np.random.Generator, redraws: Counter
                 ) -> Tangle | None:
     """The ring tangle merged down to num_loops loops, half the merges cross-joins and half splices, so
-    crossings and near passes keep their counts; every rule checked again on the merged loops. None if the
-    tangle cannot take the most merges any N asks for (whatever N is, so which tangles are kept says
-    nothing of N) or no choice of merges passes."""
-    sites, conflicts = merge_cuts(tangle, merge_sites(tangle, cfg), cfg, rng), same_pair_conflicts(tangle.crossings, cfg)
+    crossings and near passes keep their counts; the merged loops checked again loop by loop (crossings,
+    clearance, parallel stretches, curls). None if the tangle cannot take the most merges any N asks for
+    (whatever N is) or no choice of merges passes."""
+    sites = merge_cuts(tangle, merge_sites(tangle, cfg), cfg, rng)
+    conflicts = same_pair_conflicts(tangle.crossings, cfg)
     most = cfg.max_loops - cfg.min_loops
     if choose_merges(tangle, sites, conflicts, most // 2, most - most // 2, cfg, rng) is None:
         redraws["merge_sites"] += 1
         return None
-    merges = cfg.max_loops - num_loops
+    merges, bare = cfg.max_loops - num_loops, bare_lobes(tangle.crossings, len(tangle.loops))
     for _ in range(MERGE_TRIES):
         cross_joins = merges // 2 + (int(rng.integers(2)) if merges % 2 else 0)
         chosen = choose_merges(tangle, sites, conflicts, cross_joins, merges - cross_joins, cfg, rng)
@@ -1362,7 +1363,7 @@ def merge_rings(tangle: Tangle, num_loops: int, cfg: Config, rng: np.random.Gene
             merged, reason = try_add_loop(merged, points, cfg)
             if reason is not None:
                 break
-        if reason is None and bare_lobes(merged.crossings, num_loops) > bare_lobes(tangle.crossings, len(tangle.loops)) + 1:
+        if reason is None and bare_lobes(merged.crossings, num_loops) > bare + 1:
             reason = "bare_lobe"  # a lobe nothing crosses, which a count of curls finds: they would follow N
         if reason is None:
             return merged
@@ -1401,7 +1402,8 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
     """num_loops loops: placed as they are with --original-shapes, else max_loops rings placed and merged down
     to num_loops. A failed try restarts the sample, the count unchanged. The tangle and how many redraws each
     rule caused."""
-    # The ring budgets are kept across restarts, as they once had to be (redrawing favours the easy ones).
+    # Budgets are kept across restarts: failed merges are likelier at small N, and redrawing the budgets
+    # would let the easy ones through more often there.
     shapes = (None,) * num_loops if cfg.original_shapes else ring_shapes(cfg, rng)
     redraws: Counter = Counter()
     placed = None
