@@ -329,6 +329,12 @@ def next_points(points: np.ndarray) -> np.ndarray:
     return np.concatenate((points[1:], points[:1]))
 
 
+def tangents(points: np.ndarray) -> np.ndarray:
+    """Unit tangent at each point of a closed polyline (P, 2), from its two neighbours.  (P, 2)"""
+    step = next_points(points) - np.roll(points, 1, axis=0)
+    return step / np.hypot(*step.T)[:, None]
+
+
 def fit_closed_spline(waypoints: np.ndarray, num_points: int, check_points: int) -> tuple[np.ndarray, np.ndarray]:
     """Periodic cubic B-spline through the waypoints: num_points points (num_points, 2) and the radius of
     curvature, px, at check_points parameters, so a short loop is checked for tight bends as finely as a long one."""
@@ -531,6 +537,14 @@ def rows_where(a: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 def cross2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a[..., 0] * b[..., 1] - a[..., 1] * b[..., 0]
+
+
+def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Dot product of every vector (S, 2) with every offset (W, 2), spelled out: a BLAS `@` starts threads
+    that fight the workers for the cores.  (S, W)"""
+    product = np.multiply.outer(vectors[:, 0], offsets[:, 0])
+    product += np.multiply.outer(vectors[:, 1], offsets[:, 1])
+    return product
 
 
 @dataclass(frozen=True)
@@ -959,6 +973,16 @@ class Tangle:
         """How many more crossings between loops the shape's crossing_cap allows."""
         return shape.crossing_cap - np.count_nonzero(~self.crossings.is_self)
 
+    @functools.cached_property  # the merges read them several times
+    def along(self) -> list[np.ndarray]:
+        """Each loop's unit tangents (tangents).  (P, 2) each"""
+        return [tangents(points) for points in self.loops]
+
+    @functools.cached_property
+    def point_step(self) -> float:
+        """The median distance between a loop's consecutive points, px (about the same on every loop)."""
+        return float(np.median(np.hypot(*(next_points(self.loops[0]) - self.loops[0]).T)))
+
 
 class ScreenedCrossings(NamedTuple):
     """Crossings with the tangle of translated copies of a loop, as the screen found them.  (H,) each"""
@@ -1087,19 +1111,13 @@ def draw_loop(cfg: Config, rng: np.random.Generator,
     return points + rng.uniform(*shifts), None
 
 
-def tangents(points: np.ndarray) -> np.ndarray:
-    """Unit tangent at each point of a closed polyline (P, 2), from its two neighbours.  (P, 2)"""
-    step = next_points(points) - np.roll(points, 1, axis=0)
-    return step / np.hypot(*step.T)[:, None]
-
-
 def merge_sites(tangle: Tangle, cfg: Config) -> tuple[np.ndarray, np.ndarray]:
     """Where two rings may be merged: near passes (closest approaches of two rings' nearly parallel strands,
     clear of crossings) and crossings steep and apart enough to splice, each row (ring a, point a, ring b,
     point b, gap px or crossing angle; a crossing's row of tangle.crossings last).  (S, 5), (X, 6)"""
     from scipy.spatial import cKDTree  # here, not at the top: --help, --merge and reruns build no tree
     loops, crossings = tangle.loops, tangle.crossings
-    trees, along = [cKDTree(points) for points in loops], [tangents(points) for points in loops]
+    trees, along = [cKDTree(points) for points in loops], tangle.along
     scale = budget_scale(cfg)
     least_gap, most_gap = scale * NEAR_PASS_GAP_PX[0], scale * NEAR_PASS_GAP_PX[1]
     low = np.array([p.min(axis=0) for p in loops]) - most_gap
@@ -1159,8 +1177,7 @@ def merge_cuts(tangle: Tangle, sites: tuple[np.ndarray, np.ndarray], cfg: Config
     point b, half-length of the cut px, 1 if the merge there leaves a bare lobe); the cut is drawn here once.
     (S', 6), (X', 6)"""
     loops = tangle.loops
-    spacing = np.median(np.hypot(*(next_points(loops[0]) - loops[0]).T))
-    passes, along = crossings_in_order(tangle.crossings, len(loops)), [tangents(p) for p in loops]
+    spacing, along, passes = tangle.point_step, tangle.along, crossings_in_order(tangle.crossings, len(loops))
     scale = budget_scale(cfg)
     first = np.cumsum([0] + [len(points) for points in loops])  # each ring's first row in tangle.segs
     kept = []
@@ -1214,8 +1231,7 @@ def choose_merges(tangle: Tangle, sites: tuple[np.ndarray, np.ndarray], conflict
     """cross_joins near passes, then splices crossings, each kind in random order with the sites that leave
     no bare lobe first, each merging two loops still apart, away from the other sites and the same-pair
     rule: (ring a, point a, ring b, point b, half-length of the cut) each, or None if the sites run out."""
-    loops = tangle.loops
-    spacing = np.median(np.hypot(*(next_points(loops[0]) - loops[0]).T))
+    loops, spacing = tangle.loops, tangle.point_step
     taken = [np.zeros(len(points), dtype=bool) for points in loops]
     component, spacing_px = np.arange(len(loops)), budget_scale(cfg) * MERGE_SPACING_PX
     chosen, middles = [], np.zeros((0, 2))
@@ -1288,12 +1304,11 @@ def site_ends(loops: tuple[np.ndarray, ...], along: list[np.ndarray], site: tupl
     return ends, [(a_stop, first), (second, a_restart)]
 
 
-def merged_loops(loops: tuple[np.ndarray, ...], chosen: list[tuple]) -> list[np.ndarray]:
-    """The loops after the merges: at each site both strands are cut and their ends joined by cubics."""
-    spacing = np.median(np.hypot(*(next_points(loops[0]) - loops[0]).T))
+def merged_loops(tangle: Tangle, chosen: list[tuple]) -> list[np.ndarray]:
+    """The tangle's loops after the merges: at each site both strands are cut and their ends joined by cubics."""
+    loops, spacing, along = tangle.loops, tangle.point_step, tangle.along
     cuts = {r: [] for r in range(len(loops))}  # ring -> (stop, restart) point indices of its cuts
     partner, ends = {}, {}  # end -> the end its cubic joins; end -> (point, direction the cubic leaves)
-    along = [tangents(points) for points in loops]
     for site in chosen:
         site_end, pairs = site_ends(loops, along, site, spacing)
         ends.update(site_end)
@@ -1357,7 +1372,7 @@ def merge_rings(tangle: Tangle, num_loops: int, cfg: Config, rng: np.random.Gene
         if chosen is None:
             redraws["merge_sites"] += 1
             continue
-        loops = merged_loops(tangle.loops, chosen)
+        loops = merged_loops(tangle, chosen)
         merged, reason = Tangle.empty(cfg), None
         for points in loops:
             merged, reason = try_add_loop(merged, points, cfg)
@@ -1371,13 +1386,10 @@ def merge_rings(tangle: Tangle, num_loops: int, cfg: Config, rng: np.random.Gene
     return None
 
 
-def place_loops(cfg: Config, rng: np.random.Generator, shapes: tuple, redraws: Counter,
-                placed: list[Tangle] | None = None) -> list[Tangle] | None:
-    """Place a loop for each shape, one at a time, redrawing only the loop that breaks a rule, after those of
-    placed (the tangle after each loop, from the empty one); that list for every loop, or None once one loop
-    has been redrawn loop_attempts times."""
-    placed = placed or [Tangle.empty(cfg)]
-    tangle = placed[-1]
+def place_loops(cfg: Config, rng: np.random.Generator, shapes: tuple, redraws: Counter) -> Tangle | None:
+    """Place a loop for each shape, one at a time, redrawing only the loop that breaks a rule; None once one
+    loop has been redrawn loop_attempts times."""
+    tangle = Tangle.empty(cfg)
     while len(tangle.loops) < len(shapes):
         shape = shapes[len(tangle.loops)]
         for _ in range(cfg.loop_attempts):
@@ -1389,13 +1401,12 @@ def place_loops(cfg: Config, rng: np.random.Generator, shapes: tuple, redraws: C
                 added, reason = try_add_loop(tangle, candidate, cfg, shape, screened)
             if reason is None:
                 tangle = added
-                placed = placed + [tangle]
                 break
             redraws[reason] += 1
         else:
             redraws["restart"] += 1
             return None
-    return placed
+    return tangle
 
 
 def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: int) -> tuple[Tangle, Counter]:
@@ -1406,13 +1417,11 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
     # would let the easy ones through more often there.
     shapes = (None,) * num_loops if cfg.original_shapes else ring_shapes(cfg, rng)
     redraws: Counter = Counter()
-    placed = None
     for _ in range(cfg.sample_restarts):
-        placed = place_loops(cfg, rng, shapes, redraws)
-        tangle = placed and placed[-1]
-        if tangle and not cfg.original_shapes:
+        tangle = place_loops(cfg, rng, shapes, redraws)
+        if tangle is not None and not cfg.original_shapes:
             tangle = merge_rings(tangle, num_loops, cfg, rng, redraws)
-        if tangle:
+        if tangle is not None:
             return tangle, redraws
     reason, count = max(((r, c) for r, c in redraws.items() if r != "restart"), key=lambda item: item[1])
     # The rules are in pixels, so a smaller canvas fails on whichever rule its crowding hits first.
@@ -1432,14 +1441,6 @@ def sample_tangle(cfg: Config, rng: np.random.Generator, num_loops: int, index: 
 # 256 colours on the line from ink to paper, indexed by tone (clipped at the ends).
 PALETTE = np.clip(np.rint(np.array(INK_RGB) + (np.arange(256)[:, None] - INK_TONE) / (PAPER_TONE - INK_TONE)
                           * (np.array(PAPER_RGB) - np.array(INK_RGB))), 0, 255).astype(np.uint8).ravel().tolist()
-
-
-def outer_dot(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Dot product of every vector (S, 2) with every offset (W, 2), spelled out: a BLAS `@` starts threads
-    that fight the workers for the cores.  (S, W)"""
-    product = np.multiply.outer(vectors[:, 0], offsets[:, 0])
-    product += np.multiply.outer(vectors[:, 1], offsets[:, 1])
-    return product
 
 
 def stroke_coverage(loops: tuple[np.ndarray, ...], cfg: Config) -> np.ndarray:

@@ -201,7 +201,7 @@ def test_a_merge_makes_two_rings_one_loop_that_crosses_itself_where_they_met(cen
     assert (len(sites[0]) > 0, len(sites[1]) > 0) == (cross_joins > 0, splices > 0)
     conflicts = creation.same_pair_conflicts(tangle.crossings, BALANCED)
     chosen = creation.choose_merges(tangle, sites, conflicts, cross_joins, splices, BALANCED, np.random.default_rng(0))
-    loops = creation.merged_loops(tangle.loops, chosen)
+    loops = creation.merged_loops(tangle, chosen)
     assert len(loops) == len(centres) - 1
     assert tangle_violations(loops, BALANCED) == []
     crossings = find_all_events(loops, BALANCED)[1]
@@ -224,7 +224,7 @@ def test_a_splice_that_would_leave_a_bare_lobe_is_marked_and_tried_last():
     assert sites[1][:, 5].tolist() == [1, 1]
     conflicts = creation.same_pair_conflicts(pair.crossings, BALANCED)
     chosen = creation.choose_merges(pair, sites, conflicts, 0, 1, BALANCED, np.random.default_rng(0))
-    loops = creation.merged_loops(pair.loops, chosen)
+    loops = creation.merged_loops(pair, chosen)
     assert creation.bare_lobes(find_all_events(loops, BALANCED)[1], 1) == 2  # still made when nothing else is left
     # Two rings crossing twice with a third across both, and a fourth crossing only the third, twice.
     four = ring_tangle((300, 750), (560, 750), (430, 580), (430, 330))
@@ -258,7 +258,7 @@ def test_a_tangle_is_kept_only_if_it_takes_the_most_merges_any_n_asks_for(monkey
         return None
     monkeypatch.setattr(creation, "choose_merges", no_room)
     rng = np.random.default_rng(0)
-    tangle = creation.place_loops(BALANCED, rng, creation.ring_shapes(BALANCED, rng), Counter())[-1]
+    tangle = creation.place_loops(BALANCED, rng, creation.ring_shapes(BALANCED, rng), Counter())
     redraws = Counter()
     assert creation.merge_rings(tangle, 11, BALANCED, rng, redraws) is None
     assert asked == [6] and redraws["merge_sites"] == 1
@@ -314,10 +314,10 @@ def partial_tangle(index):
     """The ring tangle of a default sample but its last ring, and the last ring's budgeted shape."""
     rng = np.random.default_rng(index)
     shapes = creation.ring_shapes(BALANCED, rng)
-    placed = None
-    while placed is None:
-        placed = creation.place_loops(BALANCED, rng, shapes[:-1], Counter())
-    return placed[-1], shapes[-1]
+    tangle = None
+    while tangle is None:
+        tangle = creation.place_loops(BALANCED, rng, shapes[:-1], Counter())
+    return tangle, shapes[-1]
 
 
 def drawn_loop(shape, seed):
